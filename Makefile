@@ -1,0 +1,32 @@
+# Two set-up commands for a fresh machine: `make demo` and `make test`. Each builds .venv itself.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DEMO := demo
+
+.PHONY: demo test test-all venv clean
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# The pinned CPU torch first: an unpinned one would pull several GB of CUDA packages.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(PY) bench/make_example.py $(DEMO)/images --count 600 --classes 6
+	$(VENV)/bin/fastload pack $(DEMO)/images -o $(DEMO)/images.fl --overwrite
+	$(VENV)/bin/fastload info $(DEMO)/images.fl
+	$(VENV)/bin/fastload verify $(DEMO)/images.fl
+
+test: venv
+	$(PY) -m pytest -q -m "not reliability"
+
+test-all: venv
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) $(DEMO)

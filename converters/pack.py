@@ -1,0 +1,370 @@
+"""Pack orchestration: list SRC → parallel read + check → shard writers → index + manifest, resumable."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import lmdb
+import numpy as np
+
+from converters.checks import DEFAULT_MAX_PIXELS, InvalidFile, check_image
+from converters.plan import Journal, ShardPlan, plan_shards
+from converters.reencode import reencode_jpeg
+from converters.report import PackReport, write_skipped_report
+from converters.sources import IMAGE_EXTENSIONS, Layout, Skip, SourceItem, list_source, normalize_extensions
+from converters.writers import WRITERS
+from fastload.config import available_cpus, parse_size
+from fastload.errors import PackError, SourceError
+from fastload.format import (
+    FIELD_PREFIX, FORMAT_VERSION, INDEX_DIR, MANIFEST_NAME, PACK_LOCK_NAME, PACK_STATE_DIR,
+    SKIPPED_REPORT_NAME, Manifest, ShardInfo, StorageKind, encode_strings, file_digest,
+    record_checksum, shard_name, write_columns, write_manifest,
+)
+
+OnError = Literal["fail", "skip"]
+
+
+def default_out(src: Path) -> Path:
+    """``./images`` → ``./images.fl``; ``./train.csv`` → ``./train.fl``."""
+    src = Path(os.path.abspath(src))
+    return src.with_suffix(".fl") if src.is_file() else src.with_name(src.name + ".fl")
+
+
+def default_workers() -> int:
+    """Reads are I/O: keep several in flight even on 2 cores (a cold disk serves many at once)."""
+    return min(16, max(4, 4 * available_cpus()))
+
+
+def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None, *,
+         format: StorageKind = "lmdb", shard_size: str | int = "256MB", workers: int | None = None,
+         extensions: list[str] | None = None, on_error: OnError = "fail", max_side: int | None = None,
+         quality: int | None = None, overwrite: bool = False, progress: bool | None = None,
+         layout: Layout = "auto", check: Literal["header", "decode"] = "header",
+         max_pixels: int = DEFAULT_MAX_PIXELS) -> PackReport:
+    """Pack a folder or file list into a fastload dataset; see ``fastload pack --help``.
+
+    Returns a PackReport. Raises SourceError / SourceNotFoundError for a bad source or file
+    (with ``on_error="fail"``) and PackError when the output cannot be written.
+    """
+    started = time.perf_counter()
+    src_path = Path(os.path.abspath(src))
+    out_path = Path(os.path.abspath(out)) if out is not None else default_out(src_path)
+    options = _check_options(format, shard_size, workers, on_error, max_side, quality, check, max_pixels)
+    exts = normalize_extensions(extensions)
+    listing = list_source(src_path, layout=layout, extensions=exts, on_error=on_error)
+    _check_out_location(src_path, listing.root, out_path)
+    _prepare_out(out_path, overwrite)
+    with _PackLock(out_path):
+        plans = plan_shards(listing.items, options["shard_size"], {**options, "extensions": exts})
+        writer = _Packer(listing.items, out_path, format, options, progress)
+        shard_records = writer.run(plans)
+        report = _finalize(out_path, format, listing, plans, shard_records, options, exts)
+    report.resumed_shards = writer.resumed
+    report.elapsed_s = time.perf_counter() - started
+    return report
+
+
+def _check_options(format: str, shard_size: str | int, workers: int | None, on_error: str,
+                   max_side: int | None, quality: int | None, check: str, max_pixels: int) -> dict[str, Any]:
+    if format not in WRITERS:
+        raise ValueError(f"format={format!r}: choose one of {', '.join(WRITERS)}")
+    if on_error not in ("fail", "skip"):
+        raise ValueError(f"on_error={on_error!r}: choose 'fail' or 'skip'")
+    if check not in ("header", "decode"):
+        raise ValueError(f"check={check!r}: choose 'header' or 'decode'")
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers={workers}: must be at least 1")
+    if max_side is not None and max_side < 1:
+        raise ValueError(f"max_side={max_side}: must be a positive number of pixels")
+    if quality is not None and not 1 <= quality <= 100:
+        raise ValueError(f"quality={quality}: must be between 1 and 100")
+    if max_pixels < 1:
+        raise ValueError(f"max_pixels={max_pixels}: must be positive")
+    reencode = {"max_side": max_side, "quality": quality or 90} if (max_side or quality) else None
+    return {"format_version": FORMAT_VERSION, "storage": format,
+            "shard_size": parse_size(shard_size, name="shard_size"), "workers": workers or default_workers(),
+            "on_error": on_error, "reencode": reencode, "check": check, "max_pixels": max_pixels}
+
+
+def _check_out_location(src: Path, src_root: Path, out: Path) -> None:
+    real_out, real_root = Path(os.path.realpath(out)), Path(os.path.realpath(src_root))
+    if src.is_dir() and (real_out == real_root or real_root in real_out.parents):
+        raise PackError(f"{out}: the output is inside the source folder {src}; "
+                        "choose an -o outside it (default: SRC.fl next to SRC)")
+    if real_out in real_root.parents:
+        raise PackError(f"{out}: the source {src} is inside the output folder; choose another -o")
+
+
+def _prepare_out(out: Path, overwrite: bool) -> None:
+    """OUT must be new, empty, an unfinished pack (resumed), or a dataset with --overwrite."""
+    if out.exists() and not out.is_dir():
+        raise PackError(f"{out}: exists and is not a folder; choose another -o")
+    if (out / MANIFEST_NAME).exists():
+        if not overwrite:
+            raise PackError(f"{out}: already holds a finished dataset; pass --overwrite to replace it")
+        os.unlink(out / MANIFEST_NAME)  # first: from here on it is an unfinished pack, never a dataset
+        for entry in out.iterdir():
+            if entry.name in (INDEX_DIR, PACK_STATE_DIR, SKIPPED_REPORT_NAME) or entry.name.startswith("shard-"):
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    elif out.exists():
+        foreign = [e.name for e in out.iterdir() if e.name not in (PACK_STATE_DIR, PACK_LOCK_NAME, INDEX_DIR)
+                   and not e.name.startswith("shard-")]
+        if foreign:
+            raise PackError(f"{out}: exists and holds other files ({foreign[0]}, ...); "
+                            "pack into a new or empty folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".pack.write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise PackError(f"{out}: cannot write the output folder ({exc.strerror}); choose another -o") from None
+
+
+class _PackLock:
+    """An exclusive flock on OUT/.pack.lock: a second pack into the same OUT refuses at once."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out / PACK_LOCK_NAME
+        self.fd = -1
+
+    def __enter__(self) -> _PackLock:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(self.fd)
+            raise PackError(f"{self.path.parent}: another pack (pid {holder}) is writing here; "
+                            "wait for it to finish or choose another -o") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # releases the flock; the file stays (removing it would race)
+
+
+@dataclass
+class _Loaded:
+    """One source file read and checked by a worker thread."""
+
+    index: int
+    data: bytes | None
+    width: int = -1
+    height: int = -1
+    reason: str | None = None
+
+
+class _Packer:
+    """Runs the read → check → write pipeline over the shards that are not finished yet."""
+
+    def __init__(self, items: list[SourceItem], out: Path, storage: StorageKind,
+                 options: dict[str, Any], progress: bool | None) -> None:
+        self.items, self.out, self.storage, self.options = items, out, storage, options
+        self.progress = sys.stderr.isatty() if progress is None else progress
+        self.journal = Journal(out)
+        self.resumed = 0
+
+    def run(self, plans: list[ShardPlan]) -> list[dict[str, Any]]:
+        for stale in self.out.glob("*.tmp"):
+            stale.unlink()
+        records: list[dict[str, Any] | None] = []
+        todo = []
+        for plan in plans:
+            done = self.journal.load(plan, self.out / shard_name(self.storage, plan.number))
+            records.append(done)
+            if done is None:
+                self.journal.forget(plan.number)
+                todo.append(plan)
+        self.resumed = len(plans) - len(todo)
+        for extra in self.out.glob("shard-*"):  # shards of an older, longer plan
+            number = int(extra.name.split("-")[1].split(".")[0])
+            if number >= len(plans):
+                extra.unlink()
+        total = sum(max(self.items[i].size, 0) for p in todo for i in range(p.start, p.end))
+        with _progress_bar(total, self.progress) as bar, \
+                ThreadPoolExecutor(self.options["workers"], thread_name_prefix="fastload-pack") as pool:
+            loaded = self._read_ahead(pool, todo)
+            try:
+                for plan in todo:
+                    records[plan.number] = self._write_shard(plan, loaded, bar)
+            finally:
+                loaded.close()  # cancels reads still queued when a shard fails
+        return [r for r in records if r is not None]
+
+    def _read_ahead(self, pool: ThreadPoolExecutor, todo: list[ShardPlan]) -> Iterator[_Loaded]:
+        """Results in item order, with a bounded number of reads in flight."""
+        window: deque[Future[_Loaded]] = deque()
+        limit = self.options["workers"] * 4
+        try:
+            for plan in todo:
+                for i in range(plan.start, plan.end):
+                    window.append(pool.submit(self._load, i))
+                    if len(window) >= limit:
+                        yield window.popleft().result()
+            while window:
+                yield window.popleft().result()
+        finally:
+            for future in window:
+                future.cancel()
+
+    def _load(self, index: int) -> _Loaded:
+        item = self.items[index]
+        try:
+            with open(item.path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            return _Loaded(index, None, reason=f"unreadable file ({exc.strerror or exc})")
+        if not item.rel.lower().endswith(IMAGE_EXTENSIONS):
+            return _Loaded(index, data)
+        try:
+            header = check_image(data, decode=self.options["check"] == "decode",
+                                 max_pixels=self.options["max_pixels"])
+            if self.options["reencode"]:
+                data, w, h = reencode_jpeg(data, **self.options["reencode"])
+                return _Loaded(index, data, w, h)
+        except InvalidFile as exc:
+            return _Loaded(index, None, reason=exc.reason)
+        return _Loaded(index, data, header.width, header.height)
+
+    def _write_shard(self, plan: ShardPlan, loaded: Iterator[_Loaded], bar: Any) -> dict[str, Any]:
+        name = shard_name(self.storage, plan.number)
+        final, tmp = self.out / name, self.out / (name + ".tmp")
+        planned = sum(max(self.items[i].size, 0) for i in range(plan.start, plan.end))
+        record: dict[str, Any] = {"digest": plan.digest, "file": name, "items": [], "sizes": [],
+                                  "offsets": [], "checksums": [], "widths": [], "heights": [], "skips": []}
+        writer = None
+        try:
+            writer = WRITERS[self.storage](tmp, planned)
+            for _ in range(plan.start, plan.end):
+                got = next(loaded)
+                bar.update(max(self.items[got.index].size, 0))
+                if got.data is None:
+                    self._skip(got, record)
+                    continue
+                record["offsets"].append(writer.append(got.data))
+                record["items"].append(got.index)
+                record["sizes"].append(len(got.data))
+                record["checksums"].append(record_checksum(got.data))
+                record["widths"].append(got.width)
+                record["heights"].append(got.height)
+            record["bytes"], record["data_offset"] = writer.finish()
+            writer = None
+            os.replace(tmp, final)
+            self.journal.save(plan.number, record)  # after the rename: a journal entry means done
+        except (OSError, lmdb.Error) as exc:
+            raise PackError(_write_error(self.out, name, exc)) from None
+        finally:
+            if writer is not None:
+                writer.abort()
+                tmp.unlink(missing_ok=True)
+        return record
+
+    def _skip(self, got: _Loaded, record: dict[str, Any]) -> None:
+        item = self.items[got.index]
+        if self.options["on_error"] == "fail":
+            raise SourceError(f"{item.path}: {got.reason}; fix or remove it, or pass --on-error skip")
+        record["skips"].append([item.rel, got.reason])
+
+
+def _write_error(out: Path, shard: str, exc: BaseException) -> str:
+    code = getattr(exc, "errno", None)
+    text = getattr(exc, "strerror", None) or str(exc)
+    if code in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) or "No space" in text or "too large" in text:
+        return (f"{out}: disk full while writing {shard} ({text}); free space or choose another -o, "
+                "then run the same command again to resume")
+    return f"{out}: cannot write {shard} ({text}); check the output folder and run the command again"
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def _progress_bar(total: int, show: bool) -> Any:
+    """tqdm over source bytes (shows MB/s and ETA); the files/s rate is its postfix."""
+    if not show:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1000, desc="packing",
+                file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+
+
+def _finalize(out: Path, storage: StorageKind, listing: Any, plans: list[ShardPlan],
+              records: list[dict[str, Any]], options: dict[str, Any], exts: tuple[str, ...]) -> PackReport:
+    """Index columns, skipped report, then the manifest, written last."""
+    skipped = list(listing.skipped) + [Skip(rel, reason) for r in records for rel, reason in r["skips"]]
+    items = np.array([i for r in records for i in r["items"]], dtype=np.int64)
+    if len(items) == 0:
+        raise PackError(f"{listing.root}: no file could be packed ({len(skipped)} skipped: first "
+                        f"{skipped[0].rel if skipped else '?'}: {skipped[0].reason if skipped else '?'})")
+    shard_col = np.concatenate([np.full(len(r["items"]), k, dtype=np.int32) for k, r in enumerate(records)])
+    columns: dict[str, np.ndarray] = {
+        "label": np.array([listing.items[i].label for i in items], dtype=np.int64),
+        "shard": shard_col,
+        "position": np.concatenate([np.arange(len(r["items"]), dtype=np.int64) for r in records]),
+        "offset": np.array([o for r in records for o in r["offsets"]], dtype=np.int64),
+        "size": np.array([s for r in records for s in r["sizes"]], dtype=np.int64),
+        "checksum": np.array([c for r in records for c in r["checksums"]], dtype=np.uint64),
+        "width": np.array([w for r in records for w in r["widths"]], dtype=np.int32),
+        "height": np.array([h for r in records for h in r["heights"]], dtype=np.int32),
+    }
+    _add_strings(columns, "path", [listing.items[i].rel for i in items])
+    for name, dtype in listing.fields.items():
+        values = [listing.field_values[name][i] for i in items]
+        if dtype == "str":
+            _add_strings(columns, FIELD_PREFIX + name, values)
+        else:
+            columns[FIELD_PREFIX + name] = np.array(values, dtype=dtype)
+    index = write_columns(out, columns)
+    shards, first = [], 0
+    for r in records:
+        n = len(r["items"])
+        digest = file_digest(columns["checksum"][first:first + n].tobytes())
+        shards.append(ShardInfo(file=r["file"], num_records=n, bytes=r["bytes"], data_bytes=sum(r["sizes"]),
+                                records_digest=digest, data_offset=r["data_offset"]))
+        first += n
+    report_path = write_skipped_report(out, skipped)
+    is_images = all(listing.items[i].rel.lower().endswith(IMAGE_EXTENSIONS) for i in items)
+    from fastload import __version__
+
+    manifest = Manifest(
+        storage=storage, num_records=len(items), total_bytes=int(columns["size"].sum()),
+        kind="images" if is_images else "files", classes=listing.classes, shards=shards, index=index,
+        fields=dict(listing.fields),
+        packed={"source": str(listing.root), "layout": listing.layout,
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "fastload_version": __version__, "reencode": options["reencode"],
+                "check": options["check"], "extensions": list(exts), "shard_size": options["shard_size"],
+                "skipped": len(skipped), "skipped_report": SKIPPED_REPORT_NAME if report_path else None,
+                "ignored": dict(listing.ignored)},
+    )
+    write_manifest(out, manifest)
+    shutil.rmtree(out / PACK_STATE_DIR, ignore_errors=True)
+    return PackReport(out=out, storage=storage, num_records=manifest.num_records,
+                      total_bytes=manifest.total_bytes, num_shards=len(shards), skipped=len(skipped),
+                      skipped_files=skipped, skipped_report=report_path, ignored=dict(listing.ignored))
+
+
+def _add_strings(columns: dict[str, np.ndarray], name: str, values: list[str]) -> None:
+    columns[f"{name}.offsets"], columns[f"{name}.blob"] = encode_strings(values)

@@ -1,0 +1,81 @@
+"""Shard planning and the resume journal: which records go in which shard, and which are done."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from converters.sources import SourceItem
+from fastload.format import PACK_STATE_DIR, write_atomically
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """Shard ``number`` takes source items ``start:end``; ``digest`` names exactly that content."""
+
+    number: int
+    start: int
+    end: int
+    digest: str
+
+
+def plan_shards(items: list[SourceItem], shard_size: int, options: dict[str, Any]) -> list[ShardPlan]:
+    """Cut the item list into consecutive shards of about ``shard_size`` source bytes.
+
+    The cut depends only on the listing and options, so a re-run finds the same shards and can keep
+    the finished ones: a shard is kept only when its digest (options + its items' path, size,
+    mtime and label) is unchanged.
+    """
+    base = json.dumps(options, sort_keys=True)
+    ranges: list[tuple[int, int]] = []
+    start, filled = 0, 0
+    for i, item in enumerate(items):
+        size = max(item.size, 0)
+        if i > start and filled + size > shard_size:
+            ranges.append((start, i))
+            start, filled = i, 0
+        filled += size
+    if start < len(items) or not ranges:
+        ranges.append((start, len(items)))
+    plans = []
+    for number, (lo, hi) in enumerate(ranges):
+        h = xxhash.xxh3_128(base.encode())
+        for item in items[lo:hi]:
+            h.update(f"\n{item.rel}\0{item.size}\0{item.mtime_ns}\0{item.label}".encode())
+        plans.append(ShardPlan(number, lo, hi, h.hexdigest()))
+    return plans
+
+
+class Journal:
+    """``OUT/.pack/``: one JSON file per finished shard, written after the shard is durable."""
+
+    def __init__(self, out: Path) -> None:
+        self.dir = out / PACK_STATE_DIR
+
+    def path(self, number: int) -> Path:
+        return self.dir / f"shard-{number:05d}.json"
+
+    def load(self, plan: ShardPlan, shard_file: Path) -> dict[str, Any] | None:
+        """The finished record of ``plan`` if it is still valid, else None (the shard is redone)."""
+        try:
+            done = json.loads(self.path(plan.number).read_text())
+            if done["digest"] == plan.digest and shard_file.stat().st_size == done["bytes"]:
+                return done
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return None
+
+    def save(self, number: int, record: dict[str, Any]) -> None:
+        self.dir.mkdir(exist_ok=True)
+        write_atomically(self.path(number), json.dumps(record).encode())
+
+    def forget(self, number: int) -> None:
+        try:
+            os.unlink(self.path(number))
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,55 @@
+"""What a pack did: the report object, the one-line summary and the skipped-files report."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from converters.sources import Skip
+from fastload.config import format_size
+from fastload.format import SKIPPED_REPORT_NAME, write_atomically
+
+
+@dataclass
+class PackReport:
+    """Returned by ``converters.pack``; ``summary()`` is the line the CLI prints."""
+
+    out: Path
+    storage: str
+    num_records: int = 0
+    total_bytes: int = 0
+    num_shards: int = 0
+    skipped: int = 0
+    skipped_files: list[Skip] = field(default_factory=list)
+    skipped_report: Path | None = None
+    ignored: dict[str, int] = field(default_factory=dict)
+    resumed_shards: int = 0
+    elapsed_s: float = 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.total_bytes / 1e6 / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def summary(self) -> str:
+        parts = [f"packed {self.num_records} records ({format_size(self.total_bytes)}) into "
+                 f"{self.num_shards} {self.storage} shard{'s' if self.num_shards != 1 else ''} at {self.out}",
+                 f"skipped {self.skipped}", f"{self.elapsed_s:.1f}s", f"{self.mb_per_s:.0f} MB/s"]
+        if self.resumed_shards:
+            parts.append(f"resumed: kept {self.resumed_shards} finished shards")
+        if self.skipped_report:
+            parts.append(f"skipped files listed in {self.skipped_report}")
+        if self.ignored:
+            kinds = ", ".join(f"{k} x{v}" for k, v in sorted(self.ignored.items()))
+            parts.append(f"ignored {sum(self.ignored.values())} files not selected by extension ({kinds})")
+        return "; ".join(parts)
+
+
+def write_skipped_report(out: Path, skipped: list[Skip]) -> Path | None:
+    """``OUT/skipped.jsonl``: one ``{"path", "reason"}`` line per skipped file (none: no file)."""
+    if not skipped:
+        return None
+    path = out / SKIPPED_REPORT_NAME
+    lines = "".join(json.dumps({"path": s.rel, "reason": s.reason}) + "\n" for s in skipped)
+    write_atomically(path, lines.encode())
+    return path

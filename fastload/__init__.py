@@ -1,0 +1,37 @@
+"""fastload: pack small files into LMDB/HDF5 shards and feed them to PyTorch fast.
+
+Heavy modules (torch, h5py, lmdb) load on first use, so ``import fastload`` and the pack CLI stay light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from fastload.errors import (
+    CorruptRecordError, DatasetNotFoundError, FastloadError, ManifestError, MissingDependencyError,
+    PackError, SourceError, SourceNotFoundError,
+)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "PackedDataset": "fastload.dataset",
+    "verify": "fastload.verify",
+    "VerifyReport": "fastload.verify",
+    "describe": "fastload.summary",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fastload' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "CorruptRecordError", "DatasetNotFoundError", "FastloadError", "ManifestError",
+    "MissingDependencyError", "PackError", "PackedDataset", "SourceError", "SourceNotFoundError",
+    "VerifyReport", "__version__", "describe", "verify",
+]

@@ -1,0 +1,65 @@
+"""Settings that come from outside the code: size strings and the environment (read here only)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+_UNITS = {
+    "": 1, "B": 1,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40,
+    "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(value: str | int, *, name: str = "size") -> int:
+    """Bytes from ``"256MB"``, ``"1.5GiB"``, ``"64k"`` or a plain integer (decimal units, ``iB`` binary)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: expected a size like '256MB', got {value!r}")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError(f"{name}: must be positive, got {value}")
+        return value
+    match = _SIZE.match(str(value))
+    unit = match.group(2).upper() if match else None
+    if match is None or unit not in _UNITS:
+        raise ValueError(
+            f"{name}: cannot read {value!r} as a size; write it like '256MB', '1GiB' or '65536'"
+        )
+    size = int(float(match.group(1)) * _UNITS[unit])
+    if size <= 0:
+        raise ValueError(f"{name}: must be positive, got {value!r}")
+    return size
+
+
+def format_size(num_bytes: float) -> str:
+    """Human-readable decimal size: ``1.23 GB``."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(num_bytes) < 1000 or unit == "TB":
+            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.2f} {unit}"
+        num_bytes /= 1000
+    raise AssertionError("unreachable")
+
+
+def env_int(name: str) -> int | None:
+    """An integer override from the environment (``FASTLOAD_*``), or None when unset."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def available_cpus() -> int:
+    """Cores this process may run on (affinity and ``FASTLOAD_CPUS`` respected)."""
+    override = env_int("FASTLOAD_CPUS")
+    if override is not None:
+        return max(1, override)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)

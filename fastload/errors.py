@@ -1,0 +1,35 @@
+"""The one small error hierarchy: every class also subclasses the builtin a caller would catch."""
+
+from __future__ import annotations
+
+
+class FastloadError(Exception):
+    """Base class of every error fastload raises on purpose."""
+
+
+class ManifestError(FastloadError, ValueError):
+    """The manifest is missing, unreadable, or from another format version."""
+
+
+class DatasetNotFoundError(FastloadError, FileNotFoundError):
+    """A path that should hold a packed dataset (or a source folder) does not exist."""
+
+
+class SourceNotFoundError(FastloadError, FileNotFoundError):
+    """The folder or file list given to pack does not exist."""
+
+
+class CorruptRecordError(FastloadError, ValueError):
+    """A record's bytes do not match its checksum, or cannot be read or decoded."""
+
+
+class SourceError(FastloadError, ValueError):
+    """A source file or file list cannot be packed as it is."""
+
+
+class PackError(FastloadError, RuntimeError):
+    """A pack could not run or finish (output in use, disk full, unwritable output)."""
+
+
+class MissingDependencyError(FastloadError, ImportError):
+    """An optional dependency is not installed."""

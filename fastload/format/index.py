@@ -1,0 +1,150 @@
+"""Per-record index columns as NumPy files: written with digests, loaded memory-mapped and checked."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from fastload.errors import ManifestError
+from fastload.format.layout import COLUMNS, FIELD_PREFIX, INDEX_DIR, file_digest
+from fastload.format.manifest import IndexFile, Manifest, write_atomically
+
+
+class StringColumn:
+    """Read-only strings stored as UTF-8 bytes back to back plus N+1 offsets (no Python list)."""
+
+    def __init__(self, offsets: np.ndarray, blob: np.ndarray) -> None:
+        self.offsets = offsets
+        self.blob = blob
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> str:
+        start, end = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.blob[start:end].tobytes().decode("utf-8")
+
+
+def encode_strings(values: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets (int64, N+1) and UTF-8 blob (uint8) for ``values``."""
+    encoded = [v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    return offsets, blob
+
+
+def write_columns(dataset_dir: Path, columns: dict[str, np.ndarray]) -> dict[str, IndexFile]:
+    """Write each column to ``index/<name>.npy`` (fsynced) and return manifest entries with digests."""
+    (dataset_dir / INDEX_DIR).mkdir(exist_ok=True)
+    entries = {}
+    for name, array in columns.items():
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+        data = buf.getvalue()
+        rel = f"{INDEX_DIR}/{name}.npy"
+        write_atomically(dataset_dir / rel, data)
+        entries[name] = IndexFile(file=rel, dtype=str(array.dtype), digest=file_digest(data))
+    return entries
+
+
+def load_column(dataset_dir: Path, name: str, entry: IndexFile, expected_len: int | None) -> np.ndarray:
+    """Load one column, checking its digest, dtype and length; damage raises ManifestError."""
+    path = dataset_dir / entry.file
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ManifestError(
+            f"{path}: index column {name!r} cannot be read ({exc.strerror}); re-pack the dataset"
+        ) from None
+    if file_digest(data) != entry.digest:
+        raise ManifestError(
+            f"{path}: index column {name!r} does not match the digest in the manifest "
+            "(the file was changed or damaged); re-pack the dataset"
+        )
+    try:
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ManifestError(f"{path}: not a valid .npy file ({exc}); re-pack the dataset") from None
+    if str(array.dtype) != entry.dtype or array.ndim != 1:
+        raise ManifestError(
+            f"{path}: expected a 1-D {entry.dtype} column, found {array.ndim}-D {array.dtype}; "
+            "re-pack the dataset"
+        )
+    if expected_len is not None and len(array) != expected_len:
+        raise ManifestError(
+            f"{path}: has {len(array)} entries, expected {expected_len}; re-pack the dataset"
+        )
+    array.setflags(write=False)
+    return array
+
+
+def load_strings(dataset_dir: Path, manifest: Manifest, name: str) -> StringColumn:
+    """Load a string column and check its offsets are monotonic and inside the blob."""
+    offsets = load_column(dataset_dir, f"{name}.offsets", manifest.index[f"{name}.offsets"],
+                          manifest.num_records + 1)
+    blob = load_column(dataset_dir, f"{name}.blob", manifest.index[f"{name}.blob"], None)
+    if offsets[0] != 0 or offsets[-1] != len(blob) or np.any(np.diff(offsets) < 0):
+        raise ManifestError(
+            f"{dataset_dir / manifest.index[f'{name}.offsets'].file}: offsets are not monotonic "
+            "within the blob; re-pack the dataset"
+        )
+    return StringColumn(offsets, blob)
+
+
+class RecordIndex:
+    """Every per-record column of a dataset, checked against the manifest and against each other."""
+
+    def __init__(self, root: Path, manifest: Manifest) -> None:
+        self.root = root
+        self.manifest = manifest
+        n = manifest.num_records
+        numeric = {name: dtype for name, dtype in COLUMNS.items() if dtype != "str"}
+        cols = {name: load_column(root, name, manifest.index[name], n) for name in numeric}
+        for name, dtype in numeric.items():
+            if str(cols[name].dtype) != dtype:
+                raise ManifestError(f"{root / manifest.index[name].file}: column {name!r} is "
+                                    f"{cols[name].dtype}, expected {dtype}; re-pack the dataset")
+        self.label: np.ndarray = cols["label"]
+        self.shard: np.ndarray = cols["shard"]
+        self.position: np.ndarray = cols["position"]
+        self.offset: np.ndarray = cols["offset"]
+        self.size: np.ndarray = cols["size"]
+        self.checksum: np.ndarray = cols["checksum"]
+        self.width: np.ndarray = cols["width"]
+        self.height: np.ndarray = cols["height"]
+        self.path = load_strings(root, manifest, "path")
+        self.fields: dict[str, np.ndarray | StringColumn] = {}
+        for name, dtype in manifest.fields.items():
+            column = FIELD_PREFIX + name
+            self.fields[name] = (load_strings(root, manifest, column) if dtype == "str" else
+                                 load_column(root, column, manifest.index[column], n))
+        self._check_consistent()
+
+    def _check_consistent(self) -> None:
+        """Refuse index arrays that would point outside their shards (damage or hostile input)."""
+        shards = self.manifest.shards
+        counts = np.array([s.num_records for s in shards], dtype=np.int64)
+        data_bytes = np.array([s.data_bytes for s in shards], dtype=np.int64)
+        where = self.root / "index"
+        if len(self.shard) and (self.shard.min() < 0 or self.shard.max() >= len(shards)):
+            raise ManifestError(f"{where}: shard numbers outside 0..{len(shards) - 1}; re-pack the dataset")
+        if not len(self.shard):
+            return
+        in_range = ((self.position >= 0) & (self.position < counts[self.shard])
+                    & (self.size >= 0) & (self.offset >= 0)
+                    & (self.offset + self.size <= data_bytes[self.shard]))
+        if not in_range.all():
+            bad = int(np.flatnonzero(~in_range)[0])
+            raise ManifestError(f"{where}: record {bad} points outside shard "
+                                f"{shards[int(self.shard[bad])].file}; re-pack the dataset")
+        labels_ok = self.label >= -1
+        if self.manifest.classes is not None:
+            labels_ok &= self.label < len(self.manifest.classes)
+        if not labels_ok.all():
+            bad = int(np.flatnonzero(~labels_ok)[0])
+            raise ManifestError(f"{where}: record {bad} has label {int(self.label[bad])}, outside "
+                                "the class list; re-pack the dataset")

@@ -1,0 +1,64 @@
+"""The on-disk contract, written down once: version, file names, record fields and their dtypes."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+import xxhash
+
+FORMAT_NAME = "fastload"
+FORMAT_VERSION = 1
+
+MANIFEST_NAME = "manifest.json"
+INDEX_DIR = "index"
+SKIPPED_REPORT_NAME = "skipped.jsonl"
+PACK_STATE_DIR = ".pack"
+PACK_LOCK_NAME = ".pack.lock"
+
+StorageKind = Literal["lmdb", "hdf5"]
+STORAGE_KINDS: tuple[StorageKind, ...] = ("lmdb", "hdf5")
+SHARD_SUFFIX: dict[str, str] = {"lmdb": ".lmdb", "hdf5": ".h5"}
+SHARD_NAME = re.compile(r"^shard-(\d{5,})\.(lmdb|h5)$")
+
+# HDF5 shards: one contiguous uint8 dataset of all payloads back to back, plus their offsets.
+HDF5_DATA = "data"
+HDF5_OFFSETS = "offsets"
+
+# Per-record index columns every dataset has, with their NumPy dtypes. Strings are stored as
+# ``<name>.offsets.npy`` (int64, N+1) plus ``<name>.blob.npy`` (uint8 UTF-8), never as objects.
+COLUMNS: dict[str, str] = {
+    "label": "int64",  # -1 when the source has no labels
+    "shard": "int32",  # which shard holds the record
+    "position": "int64",  # position inside that shard (the LMDB key, the HDF5 offsets row)
+    "offset": "int64",  # byte offset of the payload in its shard's data (HDF5: in the dataset)
+    "size": "int64",  # payload bytes
+    "checksum": "uint64",  # xxh3_64 of the payload
+    "width": "int32",  # image width from the header, -1 when not an image
+    "height": "int32",
+    "path": "str",  # source path relative to SRC (POSIX separators)
+}
+FIELD_PREFIX = "field."  # extra per-record fields from a CSV/JSONL list: ``field.<name>``
+FIELD_DTYPES = ("int64", "float64", "str")
+
+NO_LABEL = -1
+
+
+def shard_name(storage: StorageKind, number: int) -> str:
+    """File name of shard ``number``: ``shard-00007.lmdb`` or ``shard-00007.h5``."""
+    return f"shard-{number:05d}{SHARD_SUFFIX[storage]}"
+
+
+def lmdb_key(position: int) -> bytes:
+    """LMDB key of the record at ``position`` in its shard: big-endian, so keys sort in order."""
+    return position.to_bytes(8, "big")
+
+
+def record_checksum(payload: bytes | memoryview) -> int:
+    """The per-record checksum stored in the index (xxh3, 64 bits)."""
+    return xxhash.xxh3_64_intdigest(payload)
+
+
+def file_digest(data: bytes | memoryview) -> str:
+    """Hex digest kept in the manifest for index files and per-shard checksum lists."""
+    return xxhash.xxh3_128_hexdigest(data)

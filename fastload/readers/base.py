@@ -1,0 +1,78 @@
+"""What every shard reader shares: lazy per-process handles and record-level error context."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fastload.errors import CorruptRecordError
+from fastload.format import Manifest, RecordIndex, record_checksum
+
+
+class ShardReader:
+    """Random access to record payloads by global index.
+
+    Handles are opened lazily in the process that reads and re-opened after a fork (the pid is
+    remembered), and never pickled: a reader can be handed to DataLoader workers under fork or spawn.
+    """
+
+    def __init__(self, root: Path, manifest: Manifest, index: RecordIndex) -> None:
+        self.root = root
+        self.manifest = manifest
+        self.index = index
+        self._pid = -1
+        self._handles: dict[int, Any] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_pid"], state["_handles"] = -1, {}
+        return state
+
+    def handle(self, shard: int) -> Any:
+        """The open handle for ``shard`` in this process."""
+        if self._pid != os.getpid():
+            self._handles = {}  # inherited through fork: never reuse the parent's handles
+            self._pid = os.getpid()
+        handle = self._handles.get(shard)
+        if handle is None:
+            handle = self._handles[shard] = self.open_shard(shard)
+        return handle
+
+    def open_shard(self, shard: int) -> Any:
+        raise NotImplementedError
+
+    def read(self, i: int) -> bytes:
+        """Payload bytes of record ``i``."""
+        return self.read_many([i])[0]
+
+    def read_many(self, indices: Sequence[int]) -> list[bytes]:
+        """Payloads of several records, each checked against its stored checksum."""
+        payloads = self.read_raw(indices)
+        for i, data in zip(indices, payloads):
+            if record_checksum(data) != int(self.index.checksum[i]):
+                raise self.corrupt(i, "checksum mismatch (the stored bytes changed)")
+        return payloads
+
+    def read_raw(self, indices: Sequence[int]) -> list[bytes]:
+        """Payloads as stored (one pass per shard where the storage allows it), unchecked."""
+        raise NotImplementedError
+
+    def where(self, i: int) -> str:
+        """``shard-00001.lmdb record 17 (cat/003.jpg)``: the context every record error carries."""
+        shard = self.manifest.shards[int(self.index.shard[i])].file
+        return f"{self.root / shard} record {i} ({self.index.path[i]})"
+
+    def corrupt(self, i: int, what: str) -> CorruptRecordError:
+        return CorruptRecordError(f"{self.where(i)}: {what}; run `fastload verify {self.root}` "
+                                  "and re-pack the dataset if it is damaged")
+
+    def close(self) -> None:
+        if self._pid == os.getpid():
+            for handle in self._handles.values():
+                self.close_handle(handle)
+        self._handles = {}
+
+    def close_handle(self, handle: Any) -> None:
+        handle.close()

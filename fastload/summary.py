@@ -1,0 +1,34 @@
+"""What a packed dataset holds, as a plain dict (``fastload info``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastload.format import RecordIndex, read_manifest
+
+
+def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Records, classes with counts, shards, sizes, storage kind and how and when it was packed."""
+    root = Path(path)
+    manifest = read_manifest(root)
+    index = RecordIndex(root, manifest)
+    classes = manifest.classes or []
+    counts = np.bincount(index.label[index.label >= 0], minlength=len(classes)) if len(index.label) else []
+    return {
+        "path": str(root),
+        "storage": manifest.storage,
+        "format_version": manifest.format_version,
+        "kind": manifest.kind,
+        "records": manifest.num_records,
+        "payload_bytes": manifest.total_bytes,
+        "disk_bytes": sum(s.bytes for s in manifest.shards),
+        "unlabeled": int((index.label < 0).sum()),
+        "classes": [{"name": name, "label": i, "records": int(counts[i])} for i, name in enumerate(classes)],
+        "fields": manifest.fields,
+        "shards": [{"file": s.file, "records": s.num_records, "bytes": s.bytes} for s in manifest.shards],
+        "packed": manifest.packed,
+    }

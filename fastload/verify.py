@@ -1,0 +1,104 @@
+"""Verify a packed dataset: every record's checksum (and optionally its decode) against the index."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastload.errors import FastloadError
+from fastload.format import read_manifest, RecordIndex, record_checksum
+from fastload.readers import READERS
+
+BATCH = 256
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    """One record that failed verification."""
+
+    shard: str
+    record: int
+    path: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.shard} record {self.record} ({self.path}): {self.problem}"
+
+
+@dataclass
+class VerifyReport:
+    """What ``verify`` checked and what it found; ``ok`` only when nothing is wrong."""
+
+    root: Path
+    num_records: int = 0
+    checked: int = 0
+    bad: list[BadRecord] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # dataset-level (missing or resized shards)
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad and not self.problems and self.checked == self.num_records
+
+
+def verify(path: str | os.PathLike[str], *, decode: bool = False,
+           progress: Callable[[int], None] | None = None) -> VerifyReport:
+    """Recompute every record's checksum (``decode=True``: also decode every image)."""
+    root = Path(path)
+    manifest = read_manifest(root)
+    index = RecordIndex(root, manifest)
+    report = VerifyReport(root=root, num_records=manifest.num_records)
+    for shard in manifest.shards:
+        try:
+            size = (root / shard.file).stat().st_size
+            if size != shard.bytes:
+                report.problems.append(f"{shard.file}: {size} bytes on disk, the manifest says {shard.bytes}")
+        except OSError as exc:
+            report.problems.append(f"{shard.file}: {exc.strerror}")
+    reader = READERS[manifest.storage](root, manifest, index)
+    try:
+        for start in range(0, manifest.num_records, BATCH):
+            indices = list(range(start, min(start + BATCH, manifest.num_records)))
+            for i, data in zip(indices, _read_each(reader, indices, report)):
+                if data is not None:
+                    _check_record(report, reader, i, data, decode)
+                report.checked += 1
+            if progress is not None:
+                progress(len(indices))
+    finally:
+        reader.close()
+    return report
+
+
+def _read_each(reader, indices: list[int], report: VerifyReport) -> list[bytes | None]:
+    try:
+        return reader.read_raw(indices)
+    except FastloadError:
+        out: list[bytes | None] = []
+        for i in indices:  # find exactly which records cannot be read
+            try:
+                out.append(reader.read_raw([i])[0])
+            except FastloadError as exc:
+                report.bad.append(_bad(reader, i, str(exc).split(": ", 1)[-1]))
+                out.append(None)
+        return out
+
+
+def _check_record(report: VerifyReport, reader, i: int, data: bytes, decode: bool) -> None:
+    if record_checksum(data) != int(reader.index.checksum[i]):
+        report.bad.append(_bad(reader, i, "checksum mismatch"))
+        return
+    if decode and reader.index.width[i] >= 0:
+        from PIL import Image
+
+        try:
+            Image.open(io.BytesIO(data)).load()
+        except Exception as exc:
+            report.bad.append(_bad(reader, i, f"does not decode ({exc})"))
+
+
+def _bad(reader, i: int, problem: str) -> BadRecord:
+    shard = reader.manifest.shards[int(reader.index.shard[i])].file
+    return BadRecord(shard=shard, record=i, path=reader.index.path[i], problem=problem)
