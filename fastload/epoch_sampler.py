@@ -1,0 +1,67 @@
+"""The sampler stage: this rank's records for an epoch, in a (seed, epoch) order, resumable."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import numpy as np
+from torch.utils.data import Sampler
+
+from fastload.sampling import rank_share, resume_order
+
+
+class SampleKey(NamedTuple):
+    """What the sampler hands a PackedDataset: the record, and the epoch and seed of its augmentation."""
+
+    index: int
+    epoch: int
+    seed: int
+
+
+class EpochSampler(Sampler):
+    """A global permutation from ``(seed, epoch)``, this rank's share of it, from a resume position.
+
+    The order depends only on (num_samples, seed, epoch, rank, world_size, drop_last), never on
+    ``num_workers``; ``keyed=True`` yields :class:`SampleKey` so augmentations are fixed too.
+    """
+
+    def __init__(self, num_samples: int, *, shuffle: bool, seed: int = 0, rank: int = 0,
+                 world_size: int = 1, drop_last: bool = False, keyed: bool = False) -> None:
+        if not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed={seed!r}: must be a non-negative integer")
+        self.num_samples, self.shuffle, self.seed = num_samples, shuffle, seed
+        self.rank, self.world_size, self.drop_last, self.keyed = rank, world_size, drop_last, keyed
+        self.epoch = 0
+        self.start = 0  # samples of this epoch's share already delivered (resume position)
+        rank_share(0, seed=seed, epoch=0, shuffle=shuffle, rank=rank, world_size=world_size,
+                   drop_last=drop_last)  # validates rank and world_size now, not at the first batch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch of the next iteration (and restart it from its beginning)."""
+        if epoch < 0:
+            raise ValueError(f"epoch={epoch}: must be >= 0")
+        self.epoch, self.start = int(epoch), 0
+
+    def resume(self, epoch: int, position: int) -> None:
+        """Make the next iteration yield ``epoch``'s share from ``position`` on."""
+        self.set_epoch(epoch)
+        resume_order(self.share(), position)  # validates position against this epoch's share
+        self.start = int(position)
+
+    def share(self) -> np.ndarray:
+        """This rank's whole order for the current epoch."""
+        return rank_share(self.num_samples, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
+                          rank=self.rank, world_size=self.world_size, drop_last=self.drop_last)
+
+    def __iter__(self) -> Iterator[int | SampleKey]:
+        order = resume_order(self.share(), self.start)
+        if not self.keyed:
+            return iter(order.tolist())
+        epoch, seed = self.epoch, self.seed
+        return (SampleKey(i, epoch, seed) for i in order.tolist())
+
+    def __len__(self) -> int:
+        n, w = self.num_samples, self.world_size
+        per_rank = n // w if self.drop_last else -(-n // w)
+        return per_rank - self.start

@@ -1,0 +1,95 @@
+"""The decode stage of the built-in image pipeline: keys → crop plans → pixels in one batch tensor."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastload.collate import ImageBatch, new_image_batch
+from fastload.decode import decode_crop, image_size
+from fastload.sampling import sample_rng
+from fastload.transforms import CropPlan, EvalCrop, TrainCrop
+
+
+@dataclass(frozen=True)
+class ImagePipeline:
+    """ImageNet-style geometry without torchvision.
+
+    ``train=True``: RandomResizedCrop(image_size, scale, ratio) + horizontal flip.
+    ``train=False``: resize the shorter side to ``image_size / resize_ratio``, centre crop.
+    Randomness comes from ``(seed, epoch, record index)`` only, so a record gets the same crop
+    whatever the worker count or batch it lands in.
+    """
+
+    image_size: int | tuple[int, int] = 224
+    train: bool = True
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    resize_ratio: float = 0.875
+
+    def __post_init__(self) -> None:
+        self.geometry  # validates the arguments now
+
+    @property
+    def geometry(self) -> TrainCrop | EvalCrop:
+        if self.train:
+            return TrainCrop(self.image_size, scale=self.scale, ratio=self.ratio)
+        return EvalCrop(self.image_size, resize_ratio=self.resize_ratio)
+
+    @property
+    def out_size(self) -> tuple[int, int]:
+        size = self.image_size
+        return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+    def plan(self, index: int, epoch: int, seed: int, width: int, height: int) -> CropPlan:
+        rng = sample_rng(seed, epoch, index) if self.train else None
+        return self.geometry.sample(width, height, rng)  # type: ignore[arg-type]
+
+
+class ThreadDecoder:
+    """Decodes a batch on a per-process thread pool (Pillow releases the GIL while decoding)."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid = -1
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"threads": self.threads, "_pool": None, "_pid": -1}
+
+    def map(self, fn: Any, count: int) -> None:
+        """Run ``fn(k)`` for k in range(count), in threads when that can help; re-raise the first error."""
+        if self.threads <= 1 or count <= 1:
+            for k in range(count):
+                fn(k)
+            return
+        if self._pid != os.getpid() or self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fastload-decode")
+            self._pid = os.getpid()
+        for future in [self._pool.submit(fn, k) for k in range(count)]:
+            future.result()
+
+
+def decode_batch(pipeline: ImagePipeline, payloads: list[bytes], keys: list[tuple[int, int, int]],
+                 widths: np.ndarray, heights: np.ndarray, labels: np.ndarray,
+                 decoder: ThreadDecoder, where: Any) -> ImageBatch:
+    """Decode ``payloads`` (records ``keys``) into one preallocated ``N×3×H×W`` uint8 batch."""
+    out_h, out_w = pipeline.out_size
+    images = new_image_batch(len(payloads), out_h, out_w)
+
+    def one(k: int) -> None:
+        index, epoch, seed = keys[k]
+        width, height = int(widths[k]), int(heights[k])
+        if width < 0:  # not measured at pack time: read the header
+            width, height = image_size(payloads[k], where=where(index))
+        plan = pipeline.plan(index, epoch, seed, width, height)
+        # An HWC view of this sample's CHW slot: the decoder writes pixels straight into the batch.
+        decode_crop(payloads[k], plan, out=images[k].permute(1, 2, 0).numpy(), where=where(index))
+
+    decoder.map(one, len(payloads))
+    return ImageBatch(images, torch.as_tensor(labels, dtype=torch.int64))
