@@ -17,6 +17,9 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "PackedDataset": "fastload.dataset",
+    "DataLoader": "fastload.loader",
+    "LoaderSettings": "fastload.tuning",
+    "tune": "fastload.tuning",
     "verify": "fastload.verify",
     "VerifyReport": "fastload.verify",
     "describe": "fastload.summary",
@@ -31,7 +34,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "CorruptRecordError", "DatasetNotFoundError", "FastloadError", "ManifestError",
+    "CorruptRecordError", "DataLoader", "DatasetNotFoundError", "LoaderSettings", "tune", "FastloadError", "ManifestError",
     "MissingDependencyError", "PackError", "PackedDataset", "SourceError", "SourceNotFoundError",
     "VerifyReport", "__version__", "describe", "verify",
 ]

@@ -30,7 +30,6 @@ class PackedDataset(torch.utils.data.Dataset):
         train: built-in pipeline mode: RandomResizedCrop + flip (True) or resize + centre crop (False).
         scale, ratio: RandomResizedCrop's area and aspect-ratio ranges.
         resize_ratio: eval crop side over resized shorter side (224/256 = 0.875).
-        seed: augmentation seed when indexed with a plain int (the loader's sampler passes its own).
         decode_threads: threads decoding a batch in ``__getitems__``; None: every core in the main
             process, one inside a DataLoader worker process.
 
@@ -45,7 +44,7 @@ class PackedDataset(torch.utils.data.Dataset):
                  target_transform: Callable[[int], Any] | None = None, *,
                  image_size: int | tuple[int, int] | None = None, train: bool = True,
                  scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
-                 resize_ratio: float = 0.875, seed: int = 0, decode_threads: int | None = None) -> None:
+                 resize_ratio: float = 0.875, decode_threads: int | None = None) -> None:
         self.root = Path(path)
         self.transform = transform
         self.target_transform = target_transform
@@ -54,7 +53,6 @@ class PackedDataset(torch.utils.data.Dataset):
                              "pipeline), not both")
         self.pipeline = (ImagePipeline(image_size, train, scale, ratio, resize_ratio)
                          if image_size is not None else None)
-        self.seed = seed
         if decode_threads is not None and decode_threads < 1:
             raise ValueError(f"decode_threads={decode_threads}: must be at least 1")
         self.decode_threads = decode_threads
@@ -117,11 +115,13 @@ class PackedDataset(torch.utils.data.Dataset):
         return out
 
     def _key(self, key: int | SampleKey | tuple[int, int, int]) -> tuple[int, int, int]:
-        """``(index, epoch, seed)`` from a plain index or the loader sampler's SampleKey."""
+        """``(index, epoch, seed)``: from fastload's sampler as given (reproducible crops); for a
+        plain index, the seed is drawn from torch's RNG, as torchvision's random transforms do."""
         if isinstance(key, tuple):
             index, epoch, seed = key
             return self._check(index), int(epoch), int(seed)
-        return self._check(key), 0, self.seed
+        seed = int(torch.randint(2**62, ())) if self.pipeline is not None and self.pipeline.train else 0
+        return self._check(key), 0, seed
 
     def __getitem__(self, key: int | SampleKey) -> tuple[Any, Any]:
         if self.pipeline is not None:

@@ -34,6 +34,8 @@ class EpochSampler(Sampler):
         self.rank, self.world_size, self.drop_last, self.keyed = rank, world_size, drop_last, keyed
         self.epoch = 0
         self.start = 0  # samples of this epoch's share already delivered (resume position)
+        self._started = False  # an iteration has begun: the next one moves to the next epoch
+        self._pinned = False  # set_epoch/resume chose the next iteration's epoch explicitly
         rank_share(0, seed=seed, epoch=0, shuffle=shuffle, rank=rank, world_size=world_size,
                    drop_last=drop_last)  # validates rank and world_size now, not at the first batch
 
@@ -42,6 +44,7 @@ class EpochSampler(Sampler):
         if epoch < 0:
             raise ValueError(f"epoch={epoch}: must be >= 0")
         self.epoch, self.start = int(epoch), 0
+        self._pinned = True
 
     def resume(self, epoch: int, position: int) -> None:
         """Make the next iteration yield ``epoch``'s share from ``position`` on."""
@@ -55,6 +58,11 @@ class EpochSampler(Sampler):
                           rank=self.rank, world_size=self.world_size, drop_last=self.drop_last)
 
     def __iter__(self) -> Iterator[int | SampleKey]:
+        # Each new iteration is the next epoch unless set_epoch()/resume() chose one: forgetting
+        # set_epoch must not repeat the same order every epoch.
+        if self._started and not self._pinned:
+            self.epoch, self.start = self.epoch + 1, 0
+        self._started, self._pinned = True, False
         order = resume_order(self.share(), self.start)
         if not self.keyed:
             return iter(order.tolist())

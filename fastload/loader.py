@@ -1,0 +1,191 @@
+"""DataLoader: torch's arguments and meaning, plus tuned defaults, resumable order and device delivery."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.utils.data
+
+from fastload.collate import collate_images
+from fastload.epoch_sampler import EpochSampler
+from fastload.prefetch import ThreadPrefetcher
+from fastload.stats import LoaderStats
+from fastload.transfer import Normalizer, resolve_device, to_device
+from fastload.tuning import LoaderSettings, batch_size_of, resolve_settings, uses_builtin_pipeline
+
+Auto = Literal["auto"]
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """A drop-in ``torch.utils.data.DataLoader``.
+
+    Every torch argument keeps its name, position and meaning; with explicit torch arguments and
+    any Dataset it yields what torch's loader yields. What differs:
+
+    * ``num_workers``, ``prefetch_factor`` and ``pin_memory`` default to ``"auto"``: resolved once,
+      with reasons, into ``loader.settings`` (see :mod:`fastload.tuning`).
+    * A :class:`~fastload.PackedDataset` (or any dataset with ``distributed=True``) is sampled by
+      :class:`~fastload.epoch_sampler.EpochSampler`: a global ``(seed, epoch)`` permutation,
+      independent of ``num_workers``, sharded across ``torch.distributed`` ranks, resumable with
+      ``state_dict()`` / ``load_state_dict()``. Each new iteration is the next epoch unless
+      ``set_epoch`` chose one. An explicit ``sampler`` or ``batch_sampler`` is always respected.
+
+    Args (beyond torch's):
+        device: deliver batches on this device (``"cuda"``: pinned, non-blocking copies on a side
+            stream, one batch ahead). Without CUDA, batches stay on the CPU (said once).
+        mean, std: normalise uint8 image batches to float32 ``(x/255 - mean) / std`` on ``device``.
+        seed: shuffle and augmentation seed of the EpochSampler (the same on every rank).
+        distributed: shard across ``torch.distributed`` ranks: None = PackedDataset loaders when a
+            process group is initialised; True = any dataset (needs a process group); False = never.
+    """
+
+    def __init__(self, dataset: torch.utils.data.Dataset, batch_size: int | None = 1,
+                 shuffle: bool | None = None, sampler: Any = None, batch_sampler: Any = None,
+                 num_workers: int | Auto = "auto", collate_fn: Any = None,
+                 pin_memory: bool | Auto = "auto", drop_last: bool = False, timeout: float = 0,
+                 worker_init_fn: Any = None, multiprocessing_context: Any = None, generator: Any = None,
+                 *, prefetch_factor: int | None | Auto = "auto", persistent_workers: bool = False,
+                 pin_memory_device: str = "", in_order: bool = True,
+                 device: str | torch.device | None = None, mean: Sequence[float] | None = None,
+                 std: Sequence[float] | None = None, seed: int = 0, distributed: bool | None = None) -> None:
+        self.shuffle = shuffle
+        self.device = device
+        self.mean, self.std = mean, std
+        self.seed = seed
+        self.distributed = distributed
+        if (mean is None) != (std is None):
+            raise ValueError("pass mean and std together (or neither)")
+        self._normalizer = Normalizer(mean, std) if mean is not None else None
+        self._device = resolve_device(device)
+        if isinstance(sampler, EpochSampler):
+            shuffle = None  # a loader rebuilt from our attributes: the sampler already shuffles
+        elif sampler is None and batch_sampler is None and _wants_epoch_sampler(dataset, distributed):
+            rank, world_size = _rank_and_world(distributed)
+            sampler = EpochSampler(len(dataset), shuffle=bool(shuffle), seed=seed, rank=rank,  # type: ignore[arg-type]
+                                   world_size=world_size, drop_last=drop_last,
+                                   keyed=uses_builtin_pipeline(dataset))
+            shuffle = None
+        self.settings: LoaderSettings = resolve_settings(
+            dataset, batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
+            pin_memory=pin_memory, device=self._device)
+        if collate_fn is None and uses_builtin_pipeline(dataset):
+            collate_fn = collate_images
+        self._stats = LoaderStats()
+        self._progress: dict[str, Any] = {}
+        super().__init__(dataset, batch_size, shuffle, sampler, batch_sampler, self.settings.num_workers,
+                         collate_fn, self.settings.pin_memory, drop_last, timeout, worker_init_fn,
+                         multiprocessing_context, generator, prefetch_factor=self.settings.prefetch_factor,
+                         persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
+                         in_order=in_order)
+
+    @property
+    def epoch_sampler(self) -> EpochSampler | None:
+        """The fastload sampler behind this loader, when it uses one."""
+        sampler = self.sampler
+        return sampler if isinstance(sampler, EpochSampler) else None
+
+    def __iter__(self) -> Iterator[Any]:
+        source: Iterator[Any] = super().__iter__()
+        if self.settings.mode == "threads":
+            source = ThreadPrefetcher(source, self.settings.prefetch_batches)
+        return self._deliver(source)
+
+    def _deliver(self, source: Iterator[Any]) -> Iterator[Any]:
+        batches = to_device(source, self._device, self._normalizer)
+        progress: dict[str, Any] = {"delivered": 0}
+        self._progress = progress
+        sizes = getattr(getattr(self.dataset, "index", None), "size", None)
+        try:
+            while True:
+                started = time.perf_counter()
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                waited = time.perf_counter() - started
+                sampler = self.epoch_sampler
+                if sampler is not None and "epoch" not in progress:  # the sampler has started the epoch
+                    progress.update(epoch=sampler.epoch, start=sampler.start, share=sampler.share())
+                n = batch_size_of(batch)
+                nbytes = 0
+                if sizes is not None and "share" in progress:
+                    at = progress["start"] + progress["delivered"]
+                    nbytes = int(np.asarray(sizes)[progress["share"][at:at + n]].sum())
+                progress["delivered"] += n
+                self._stats.record(n, nbytes, waited)
+                yield batch
+        finally:
+            if isinstance(source, ThreadPrefetcher):
+                source.close()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch of the next iteration (forwarded to the sampler if it has set_epoch)."""
+        set_epoch = getattr(self.sampler, "set_epoch", None)
+        if set_epoch is None:
+            raise TypeError(f"set_epoch: the sampler {type(self.sampler).__name__} has no set_epoch; "
+                            "use a PackedDataset, distributed=True, or a DistributedSampler")
+        set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader is: the epoch and how many of its samples were delivered."""
+        sampler = self._require_sampler("state_dict")
+        progress = self._progress
+        if "epoch" in progress:
+            epoch, position = progress["epoch"], progress["start"] + progress["delivered"]
+        else:
+            epoch, position = sampler.epoch, sampler.start
+        return {"epoch": epoch, "position": position, "seed": sampler.seed,
+                "num_samples": sampler.num_samples, "world_size": sampler.world_size,
+                "rank": sampler.rank, "shuffle": sampler.shuffle, "drop_last": sampler.drop_last}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next iteration yields exactly the samples the saved loader had not delivered."""
+        sampler = self._require_sampler("load_state_dict")
+        for name in ("seed", "num_samples", "world_size", "rank", "shuffle", "drop_last"):
+            if name in state and state[name] != getattr(sampler, name):
+                raise ValueError(f"load_state_dict: the state has {name}={state[name]!r} but this loader "
+                                 f"has {getattr(sampler, name)!r}; resume with the same dataset and settings")
+        epoch, position = int(state["epoch"]), int(state["position"])
+        sampler.resume(epoch, 0)
+        if position >= len(sampler.share()):
+            sampler.resume(epoch + 1, 0)  # that epoch was complete
+        else:
+            sampler.resume(epoch, position)
+        self._progress = {}
+
+    def _require_sampler(self, what: str) -> EpochSampler:
+        sampler = self.epoch_sampler
+        if sampler is None:
+            raise TypeError(f"{what} needs fastload's EpochSampler: use a PackedDataset or pass "
+                            "distributed=True, and no sampler/batch_sampler of your own")
+        return sampler
+
+    def stats(self) -> dict[str, float]:
+        """samples/s, MB/s of payload, and the fraction of wall time the loop waited for data."""
+        return self._stats.as_dict()
+
+
+def _wants_epoch_sampler(dataset: Any, distributed: bool | None) -> bool:
+    from fastload.dataset import PackedDataset
+
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        if distributed:
+            raise ValueError("distributed=True needs a map-style dataset; an IterableDataset must "
+                             "split itself across ranks")
+        return False
+    return isinstance(dataset, PackedDataset) or bool(distributed)
+
+
+def _rank_and_world(distributed: bool | None) -> tuple[int, int]:
+    initialised = dist.is_available() and dist.is_initialized()
+    if distributed and not initialised:
+        raise ValueError("distributed=True but torch.distributed is not initialised; call "
+                         "torch.distributed.init_process_group() first (torchrun sets it up)")
+    if distributed is False or not initialised:
+        return 0, 1
+    return dist.get_rank(), dist.get_world_size()

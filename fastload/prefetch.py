@@ -1,0 +1,62 @@
+"""Background prefetch: run an iterator in a thread, a bounded number of items ahead."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+_DONE = object()
+
+
+class ThreadPrefetcher:
+    """Iterates ``source`` in a daemon thread, keeping up to ``depth`` items ready.
+
+    An exception in the thread is re-raised in the consumer, unchanged; closing (or dropping)
+    the prefetcher stops the thread at its next item.
+    """
+
+    def __init__(self, source: Iterator[Any], depth: int) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(source,), daemon=True,
+                                        name="fastload-prefetch")
+        self._thread.start()
+
+    def _run(self, source: Iterator[Any]) -> None:
+        try:
+            for item in source:
+                if not self._put((True, item)):
+                    return
+            self._put((True, _DONE))
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            self._put((False, exc))
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> ThreadPrefetcher:
+        return self
+
+    def __next__(self) -> Any:
+        ok, item = self._queue.get()
+        if not ok:
+            self.close()
+            raise item
+        if item is _DONE:
+            self.close()
+            raise StopIteration
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def __del__(self) -> None:
+        self._stop.set()

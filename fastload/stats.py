@@ -1,0 +1,44 @@
+"""Loader statistics: samples/s, MB/s and how much of the loop's time went to waiting for data."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class LoaderStats:
+    """Counters kept by the loader's iterator (since construction or ``reset()``)."""
+
+    samples: int = 0
+    batches: int = 0
+    bytes: int = 0
+    wait_s: float = 0.0  # time the loop spent inside next(), waiting for a batch
+    started: float | None = None
+    last: float | None = None
+    skipped: int = 0  # records skipped by on_error="skip"
+
+    def reset(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def record(self, samples: int, nbytes: int, waited: float) -> None:
+        now = time.perf_counter()
+        if self.started is None:
+            self.started = now - waited
+        self.samples += samples
+        self.batches += 1
+        self.bytes += nbytes
+        self.wait_s += waited
+        self.last = now
+
+    def as_dict(self) -> dict[str, float]:
+        wall = (self.last - self.started) if self.started is not None and self.last is not None else 0.0
+        return {
+            "samples": self.samples,
+            "batches": self.batches,
+            "seconds": wall,
+            "samples_per_s": self.samples / wall if wall > 0 else 0.0,
+            "mb_per_s": self.bytes / 1e6 / wall if wall > 0 else 0.0,
+            "wait_fraction": min(1.0, self.wait_s / wall) if wall > 0 else 0.0,
+            "skipped": self.skipped,
+        }

@@ -1,0 +1,101 @@
+"""Pin + device transfer: batches copied to the GPU on a side stream, one batch ahead, then normalised."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+_warned_no_cuda = False
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device | None:
+    """The device batches are delivered on; ``cuda`` without CUDA falls back to CPU, said once."""
+    global _warned_no_cuda
+    if device is None:
+        return None
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        if not _warned_no_cuda:
+            warnings.warn("fastload: device='cuda' asked for, but CUDA is not available; batches "
+                          "are delivered on the CPU and normalised there", stacklevel=3)
+            _warned_no_cuda = True
+        return torch.device("cpu")
+    return device
+
+
+def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """Apply ``fn`` to every tensor in a nested tuple/list/dict batch."""
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(map_tensors(b, fn) for b in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(map_tensors(b, fn) for b in batch)
+    if isinstance(batch, dict):
+        return {k: map_tensors(v, fn) for k, v in batch.items()}
+    return batch
+
+
+class Normalizer:
+    """``(x / 255 - mean) / std`` on uint8 ``N×C×H×W`` images, as one fused multiply-add in float32."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        if len(mean) != len(std) or any(s <= 0 for s in std):
+            raise ValueError(f"mean={list(mean)} and std={list(std)}: need equal lengths and std > 0")
+        self.scale = torch.tensor([1.0 / (255.0 * s) for s in std]).view(1, -1, 1, 1)
+        self.shift = torch.tensor([-m / s for m, s in zip(mean, std)]).view(1, -1, 1, 1)
+        self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __call__(self, batch: Any) -> Any:
+        """Normalise the batch's first element when it is a uint8 image tensor; the rest unchanged."""
+        if not (isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], torch.Tensor)
+                and batch[0].dtype == torch.uint8 and batch[0].dim() == 4):
+            return batch
+        images = batch[0]
+        if images.device not in self._on:
+            self._on[images.device] = (self.scale.to(images.device), self.shift.to(images.device))
+        scale, shift = self._on[images.device]
+        out = torch.addcmul(shift, images.float(), scale)
+        return type(batch)([out, *batch[1:]]) if isinstance(batch, list) else (out, *batch[1:])
+
+
+def to_device(batches: Iterator[Any], device: torch.device | None,
+              normalizer: Normalizer | None) -> Iterator[Any]:
+    """Deliver batches on ``device``; on CUDA the copy of batch k+1 overlaps the loop's use of k."""
+    if device is None or device.type != "cuda":
+        for batch in batches:
+            if device is not None:
+                batch = map_tensors(batch, lambda t: t.to(device))
+            yield normalizer(batch) if normalizer else batch
+        return
+    stream = torch.cuda.Stream(device)
+
+    def start_copy(batch: Any) -> Any:
+        with torch.cuda.stream(stream):
+            moved = map_tensors(batch, lambda t: t.to(device, non_blocking=True))
+            return normalizer(moved) if normalizer else moved
+
+    ahead = None
+    for batch in batches:
+        current = start_copy(batch)
+        if ahead is not None:
+            yield _ready(ahead, stream)
+        ahead = current
+    if ahead is not None:
+        yield _ready(ahead, stream)
+
+
+def _ready(batch: Any, stream: torch.cuda.Stream) -> Any:
+    """Make the loop's stream wait for the copy, and keep the memory alive for that stream."""
+    current = torch.cuda.current_stream(stream.device)
+    current.wait_stream(stream)
+
+    def keep(t: torch.Tensor) -> torch.Tensor:
+        if t.is_cuda:
+            t.record_stream(current)
+        return t
+
+    return map_tensors(batch, keep)
