@@ -1,0 +1,194 @@
+"""Decode stage: record bytes to RGB pixels with Pillow, using libjpeg's reduced-scale decode."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+
+import numpy as np
+from PIL import Image
+
+from fastload.errors import CorruptRecordError
+from fastload.transforms import CropPlan
+
+MAX_PIXELS = 178_956_970
+"""Default pixel limit: Pillow's own decompression-bomb error threshold (2 × its warning)."""
+
+# What Pillow raises for bytes it cannot read; anything else is a bug and propagates.
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error,
+                  Image.DecompressionBombError)
+_JPEG_SCALES = (8, 4, 2, 1)
+_SIXTEEN_BIT = {"I;16", "I;16L", "I;16B", "I;16N"}
+
+
+def _subject(where: str, data: bytes) -> str:
+    return where or f"{len(data)}-byte record"
+
+
+def _open(data: bytes, where: str, max_pixels: int) -> Image.Image:
+    """Header-only open; the pixel limit is checked before any pixel data is decoded."""
+    try:
+        img = Image.open(io.BytesIO(data))
+    except Image.UnidentifiedImageError:
+        raise CorruptRecordError(
+            f"{_subject(where, data)}: not a readable image (cannot identify image file)"
+        ) from None
+    except Image.DecompressionBombError as exc:
+        # Pillow's own limit (Image.MAX_IMAGE_PIXELS * 2) applies first, whatever max_pixels is.
+        raise CorruptRecordError(f"{_subject(where, data)}: refused by Pillow ({exc})") from exc
+    except _DECODE_ERRORS as exc:
+        raise CorruptRecordError(
+            f"{_subject(where, data)}: unreadable image header ({exc})"
+        ) from exc
+    width, height = img.size
+    if width * height > max_pixels:
+        raise CorruptRecordError(
+            f"{_subject(where, data)}: {width}x{height} = {width * height} pixels is over the "
+            f"limit of {max_pixels} (possible decompression bomb); raise max_pixels if you "
+            "trust this data"
+        )
+    return img
+
+
+def _load(img: Image.Image, data: bytes, where: str) -> None:
+    try:
+        img.load()
+    except _DECODE_ERRORS as exc:
+        raise CorruptRecordError(
+            f"{_subject(where, data)}: {img.format or 'image'} data is corrupt or truncated ({exc})"
+        ) from exc
+
+
+def _to_rgb(img: Image.Image, data: bytes, where: str) -> Image.Image:
+    """RGB with 8 bits per channel; alpha is dropped, as torchvision's loader does.
+
+    16-bit grayscale keeps its top 8 bits. 32-bit ``I`` images follow Pillow (values clip
+    at 255): their range is unknown, and scaling by content would vary per image.
+    """
+    if img.mode == "RGB":
+        return img
+    if img.mode in _SIXTEEN_BIT:
+        # Pillow's convert clips 16-bit values at 255, which whitens the image; scale instead.
+        wide = np.clip(np.asarray(img).astype(np.int64), 0, 65535) >> 8
+        img = Image.fromarray(wide.astype(np.uint8), "L")
+    try:
+        return img.convert("RGB")
+    except ValueError as exc:
+        raise CorruptRecordError(
+            f"{_subject(where, data)}: cannot convert {img.format or 'image'} mode "
+            f"{img.mode!r} to RGB ({exc})"
+        ) from exc
+
+
+def image_size(data: bytes, *, where: str = "", max_pixels: int = MAX_PIXELS) -> tuple[int, int]:
+    """``(width, height)`` of an encoded image (Pillow order), read from its header only.
+
+    Raises:
+        CorruptRecordError: The bytes are not an image, or it is over ``max_pixels``.
+    """
+    return _open(data, where, max_pixels).size
+
+
+def decode_rgb(data: bytes, *, where: str = "", max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """The whole image decoded to an RGB Pillow image (the torchvision-style path).
+
+    Args:
+        data: Encoded image bytes (any format Pillow reads).
+        where: Prefix for error messages, e.g. ``"shard-00003 record 17 (cat/003.jpg)"``.
+        max_pixels: Refuse larger images before decoding them.
+
+    Raises:
+        CorruptRecordError: Unreadable, truncated or over-limit image.
+    """
+    img = _open(data, where, max_pixels)
+    _load(img, data, where)
+    return _to_rgb(img, data, where)
+
+
+def draft_scale(box: tuple[float, float, float, float], out_size: tuple[int, int]) -> int:
+    """The largest JPEG reduction (8, 4, 2 or 1) that leaves the box at least ``out_size``.
+
+    Args:
+        box: ``(left, top, width, height)`` in original pixels.
+        out_size: ``(height, width)`` wanted after the resize.
+    """
+    _, _, box_w, box_h = box
+    out_h, out_w = out_size
+    return next(s for s in _JPEG_SCALES if box_w / s >= out_w and box_h / s >= out_h or s == 1)
+
+
+def _reduced(img: Image.Image, scale: int) -> int:
+    """Ask libjpeg for a 1/``scale`` decode; returns the reduction it will actually apply."""
+    width, height = img.size
+    # MPO is what Pillow calls camera JPEGs with an embedded preview; it drafts the same.
+    if scale == 1 or img.format not in ("JPEG", "MPO"):
+        return 1
+    # draft picks the largest s with W // request_w >= s (and same for H); W // s gives
+    # exactly ``scale`` (never 2 * scale, since W // (W // s) < 2 * s).
+    img.draft("RGB", (width // scale, height // scale))
+    return next((s for s in _JPEG_SCALES if img.size == (-(-width // s), -(-height // s))), 1)
+
+
+def decode_crop(
+    data: bytes,
+    plan: CropPlan,
+    *,
+    out: np.ndarray | None = None,
+    where: str = "",
+    max_pixels: int = MAX_PIXELS,
+    draft: bool = True,
+    reducing_gap: float | None = None,
+) -> np.ndarray:
+    """Decode the plan's box straight to its output size: ``uint8`` ``H × W × 3`` (HWC).
+
+    JPEGs are decoded at 1/2, 1/4 or 1/8 scale when the box still has at least the output
+    resolution there (:func:`draft_scale`), then one bilinear (antialiased) resize maps the
+    box to ``plan.out_size``, then the optional flip.
+
+    For collation, the cheapest target is one preallocated ``N × H × W × 3`` uint8 tensor:
+    pass ``out=batch[i].numpy()`` (contiguous, one copy) and hand the loop
+    ``batch.permute(0, 3, 1, 2)``, an ``N × 3 × H × W`` view in channels-last memory. A
+    permuted ``3 × H × W`` slice (``chw.permute(1, 2, 0).numpy()``) also works, with a
+    strided copy.
+
+    Args:
+        data: Encoded image bytes.
+        plan: Box, output size and flip, from :class:`fastload.transforms.TrainCrop` or
+            :class:`~fastload.transforms.EvalCrop`.
+        out: Optional writable uint8 array of shape ``(H, W, 3)`` to fill and return.
+        where: Prefix for error messages; the caller names shard, record and source path.
+        max_pixels: Refuse larger images before decoding them.
+        draft: Allow JPEG reduced-scale decode (False decodes full size; for comparisons).
+        reducing_gap: Passed to ``Image.resize``; None (exact) is the default because after
+            a JPEG draft the remaining reduction is under 2× and a gap has no effect.
+
+    Raises:
+        CorruptRecordError: Unreadable, truncated or over-limit image.
+    """
+    out_h, out_w = plan.out_size
+    if out is not None and (out.shape != (out_h, out_w, 3) or out.dtype != np.uint8):
+        raise ValueError(
+            f"out must be a uint8 array of shape {(out_h, out_w, 3)}, "
+            f"got {out.dtype} {tuple(out.shape)}"
+        )
+    img = _open(data, where, max_pixels)
+    scale = _reduced(img, draft_scale(plan.box, plan.out_size)) if draft else 1
+    _load(img, data, where)
+    # Now decoded at 1/scale: original pixel x lies at x / scale.
+    if img.mode not in ("RGB", "L"):
+        img = _to_rgb(img, data, where)
+    left, top, box_w, box_h = plan.box
+    x0, y0 = max(0.0, left / scale), max(0.0, top / scale)
+    # Clamp for float round-off at the right and bottom edges.
+    x1 = min(float(img.width), (left + box_w) / scale)
+    y1 = min(float(img.height), (top + box_h) / scale)
+    img = img.resize((out_w, out_h), Image.BILINEAR, box=(x0, y0, x1, y1),
+                     reducing_gap=reducing_gap)
+    if plan.flip:
+        img = img.transpose(Image.FLIP_LEFT_RIGHT)
+    pixels = np.asarray(img.convert("RGB") if img.mode == "L" else img)
+    if out is None:
+        return pixels
+    np.copyto(out, pixels)
+    return out
