@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import resource
 import shutil
 import sys
 import time
@@ -34,6 +35,7 @@ from fastload.format import (
 )
 
 OnError = Literal["fail", "skip"]
+_WRITE_PROBE = ".pack.write-test"
 
 
 def default_out(src: Path) -> Path:
@@ -67,7 +69,9 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
     _check_out_location(src_path, listing.root, out_path)
     _prepare_out(out_path, overwrite)
     with _PackLock(out_path):
-        plans = plan_shards(listing.items, options["shard_size"], {**options, "extensions": exts})
+        # Read threads do not change what is written: a resume with other --workers keeps the shards.
+        content = {k: v for k, v in options.items() if k != "workers"}
+        plans = plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts})
         writer = _Packer(listing.items, out_path, format, options, progress)
         shard_records = writer.run(plans)
         report = _finalize(out_path, format, listing, plans, shard_records, options, exts)
@@ -119,14 +123,16 @@ def _prepare_out(out: Path, overwrite: bool) -> None:
             if entry.name in (INDEX_DIR, PACK_STATE_DIR, SKIPPED_REPORT_NAME) or entry.name.startswith("shard-"):
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     elif out.exists():
-        foreign = [e.name for e in out.iterdir() if e.name not in (PACK_STATE_DIR, PACK_LOCK_NAME, INDEX_DIR)
-                   and not e.name.startswith("shard-")]
+        # What an interrupted pack leaves (it may die after the skipped report, before the manifest).
+        ours = (PACK_STATE_DIR, PACK_LOCK_NAME, INDEX_DIR, SKIPPED_REPORT_NAME, SKIPPED_REPORT_NAME + ".tmp",
+                MANIFEST_NAME + ".tmp", _WRITE_PROBE)
+        foreign = [e.name for e in out.iterdir() if e.name not in ours and not e.name.startswith("shard-")]
         if foreign:
             raise PackError(f"{out}: exists and holds other files ({foreign[0]}, ...); "
                             "pack into a new or empty folder")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".pack.write-test"
+        probe = out / _WRITE_PROBE
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
@@ -190,9 +196,9 @@ class _Packer:
                 self.journal.forget(plan.number)
                 todo.append(plan)
         self.resumed = len(plans) - len(todo)
-        for extra in self.out.glob("shard-*"):  # shards of an older, longer plan
-            number = int(extra.name.split("-")[1].split(".")[0])
-            if number >= len(plans):
+        names = {shard_name(self.storage, plan.number) for plan in plans}
+        for extra in self.out.glob("shard-*"):  # shards of an older, longer plan or another storage kind
+            if extra.name not in names and extra.is_file():
                 extra.unlink()
         total = sum(max(self.items[i].size, 0) for p in todo for i in range(p.start, p.end))
         with _progress_bar(total, self.progress) as bar, \
@@ -283,10 +289,22 @@ class _Packer:
 def _write_error(out: Path, shard: str, exc: BaseException) -> str:
     code = getattr(exc, "errno", None)
     text = getattr(exc, "strerror", None) or str(exc)
-    if code in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) or "No space" in text or "too large" in text:
+    if code in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) or "No space" in text or "too large" in text \
+            or _out_of_room(out, text):
         return (f"{out}: disk full while writing {shard} ({text}); free space or choose another -o, "
                 "then run the same command again to resume")
     return f"{out}: cannot write {shard} ({text}); check the output folder and run the command again"
+
+
+def _out_of_room(out: Path, text: str) -> bool:
+    """LMDB reports a short write as EIO: blame a nearly full disk or a file-size limit (ulimit -f)."""
+    if "Input/output error" not in text:
+        return False
+    try:
+        nearly_full = shutil.disk_usage(out).free < 64 * 2**20
+    except OSError:
+        nearly_full = False
+    return nearly_full or resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
 
 
 class _NoBar:

@@ -89,6 +89,11 @@ def list_source(src: Path, *, layout: Layout = "auto", extensions: tuple[str, ..
             walker.walk(Path(d.path), label)
         for e in top_files:
             listing.ignored["(file outside a class folder)"] += 1
+        for e in entries:  # the rest of SRC's own entries are counted as the walk counts them below
+            if e.name.startswith("."):
+                listing.ignored["(hidden)"] += 1
+            elif not _is_dir(e) and not e.name.lower().endswith(extensions):
+                listing.ignored[Path(e.name).suffix.lower() or "(no extension)"] += 1
     else:
         walker.walk(src, -1)
     if not listing.items and not listing.skipped:
@@ -110,7 +115,11 @@ class _Walker:
 
     def __init__(self, root: Path, extensions: tuple[str, ...], on_error: str, listing: SourceListing):
         self.root, self.extensions, self.on_error, self.listing = root, extensions, on_error, listing
-        self.seen_dirs: set[tuple[int, int]] = set()
+        st = root.stat()
+        # Folders on the path from SRC down to the one being walked: meeting one again is a loop.
+        # (A set of every folder seen would also flag a second link to a sibling, and would let a
+        # link back to SRC walk the other class folders under the wrong label.)
+        self.ancestors: set[tuple[int, int]] = {(st.st_dev, st.st_ino)}
 
     def problem(self, rel: str, reason: str) -> None:
         if self.on_error == "fail":
@@ -122,12 +131,19 @@ class _Walker:
         try:
             st = directory.stat()
             key = (st.st_dev, st.st_ino)
-            if key in self.seen_dirs:
-                return self.problem(rel_dir, "symlink loop (this folder was already visited)")
-            self.seen_dirs.add(key)
+            if directory != self.root and key in self.ancestors:
+                return self.problem(rel_dir, "symlink loop (a link to a folder that contains it)")
             entries = sorted(os.scandir(directory), key=lambda e: e.name)
         except OSError as exc:
             return self.problem(rel_dir, f"cannot list folder ({exc.strerror})")
+        self.ancestors.add(key)
+        try:
+            self._walk_entries(entries, label)
+        finally:
+            if directory != self.root:
+                self.ancestors.discard(key)
+
+    def _walk_entries(self, entries: list[os.DirEntry[str]], label: int) -> None:
         for entry in entries:
             path = Path(entry.path)
             rel = path.relative_to(self.root).as_posix()

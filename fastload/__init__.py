@@ -20,8 +20,8 @@ _LAZY = {
     "DataLoader": "fastload.loader",
     "LoaderSettings": "fastload.tuning",
     "tune": "fastload.tuning",
-    "verify": "fastload.verify",
-    "VerifyReport": "fastload.verify",
+    "verify": "fastload.verifier",
+    "VerifyReport": "fastload.verifier",
     "describe": "fastload.summary",
 }
 

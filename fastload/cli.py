@@ -49,7 +49,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from fastload.verify import verify
+    from fastload.verifier import verify
 
     report = verify(args.path, decode=args.decode)
     for problem in report.problems:

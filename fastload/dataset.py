@@ -33,8 +33,9 @@ class PackedDataset(torch.utils.data.Dataset):
         decode_threads: threads decoding a batch in ``__getitems__``; None: every core in the main
             process, one inside a DataLoader worker process.
 
-    Without ``image_size``, ``ds[i]`` is ``(PIL.Image in RGB, label)``; with it, ``(uint8 tensor,
-    label)``, and ``__getitems__`` reads and decodes a whole batch into one preallocated tensor.
+    Without ``image_size``, ``ds[i]`` is ``(PIL.Image in RGB, label)`` (``(bytes, label)`` when the
+    packed files are not all images); with it, ``(uint8 tensor, label)``, and ``__getitems__``
+    reads and decodes a whole batch into one preallocated tensor.
     ``ds.record(i)`` gives the stored bytes and metadata.
     Shard handles open lazily in the process that reads, so the dataset can go to DataLoader workers
     under fork or spawn; per-record metadata lives in NumPy arrays, never Python lists.
@@ -129,7 +130,7 @@ class PackedDataset(torch.utils.data.Dataset):
             label: Any = int(labels[0])
             return images[0], (self.target_transform(label) if self.target_transform else label)
         i = self._key(key)[0]
-        image = self.load_image(i, self.reader.read(i))
+        image = self.payload(i, self.reader.read(i))
         label = int(self.index.label[i])
         if self.transform is not None:
             image = self.transform(image)
@@ -146,7 +147,7 @@ class PackedDataset(torch.utils.data.Dataset):
         indices = [p[0] for p in parsed]
         payloads = self.reader.read_many(indices)
         if self.pipeline is None:
-            return [self._finish(i, self.load_image(i, data)) for i, data in zip(indices, payloads)]
+            return [self._finish(i, self.payload(i, data)) for i, data in zip(indices, payloads)]
         batch = decode_batch(self.pipeline, payloads, parsed, self.index.width[indices],
                              self.index.height[indices], self.index.label[indices],
                              self.decoder, self.reader.where)
@@ -171,6 +172,10 @@ class PackedDataset(torch.utils.data.Dataset):
                 threads = 1 if in_worker else available_cpus()
             self._decoder = ThreadDecoder(threads)
         return self._decoder
+
+    def payload(self, i: int, data: bytes) -> Any:
+        """Record ``i`` as a sample: an RGB PIL image, or its bytes when the dataset holds other files."""
+        return self.load_image(i, data) if self.manifest.kind == "images" else data
 
     def load_image(self, i: int, data: bytes) -> Any:
         """Full decode to an RGB PIL image; damage raises CorruptRecordError naming the record."""

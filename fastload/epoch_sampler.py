@@ -52,16 +52,27 @@ class EpochSampler(Sampler):
         resume_order(self.share(), position)  # validates position against this epoch's share
         self.start = int(position)
 
-    def share(self) -> np.ndarray:
-        """This rank's whole order for the current epoch."""
-        return rank_share(self.num_samples, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
+    def share(self, epoch: int | None = None) -> np.ndarray:
+        """This rank's whole order for ``epoch`` (default: the current epoch)."""
+        epoch = self.epoch if epoch is None else epoch
+        return rank_share(self.num_samples, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
                           rank=self.rank, world_size=self.world_size, drop_last=self.drop_last)
+
+    @property
+    def pinned(self) -> bool:
+        """set_epoch() or resume() chose the next iteration's epoch (and start)."""
+        return self._pinned
+
+    def upcoming(self) -> tuple[int, int]:
+        """``(epoch, start)`` of the next iteration, before it begins."""
+        if self._started and not self._pinned:
+            return self.epoch + 1, 0
+        return self.epoch, self.start
 
     def __iter__(self) -> Iterator[int | SampleKey]:
         # Each new iteration is the next epoch unless set_epoch()/resume() chose one: forgetting
         # set_epoch must not repeat the same order every epoch.
-        if self._started and not self._pinned:
-            self.epoch, self.start = self.epoch + 1, 0
+        self.epoch, self.start = self.upcoming()
         self._started, self._pinned = True, False
         order = resume_order(self.share(), self.start)
         if not self.keyed:

@@ -62,9 +62,9 @@ class DataLoader(torch.utils.data.DataLoader):
             raise ValueError("pass mean and std together (or neither)")
         self._normalizer = Normalizer(mean, std) if mean is not None else None
         self._device = resolve_device(device)
-        if isinstance(sampler, EpochSampler):
-            shuffle = None  # a loader rebuilt from our attributes: the sampler already shuffles
-        elif sampler is None and batch_sampler is None and _wants_epoch_sampler(dataset, distributed):
+        batch_size, shuffle, sampler, batch_sampler = _rebuilt_arguments(
+            dataset, batch_size, shuffle, sampler, batch_sampler, drop_last)
+        if sampler is None and batch_sampler is None and _wants_epoch_sampler(dataset, distributed):
             rank, world_size = _rank_and_world(distributed)
             sampler = EpochSampler(len(dataset), shuffle=bool(shuffle), seed=seed, rank=rank,  # type: ignore[arg-type]
                                    world_size=world_size, drop_last=drop_last,
@@ -90,15 +90,20 @@ class DataLoader(torch.utils.data.DataLoader):
         return sampler if isinstance(sampler, EpochSampler) else None
 
     def __iter__(self) -> Iterator[Any]:
+        # Where this iteration starts, taken before torch's iterator (or its workers) pull the sampler.
+        progress: dict[str, Any] = {"delivered": 0}
+        sampler = self.epoch_sampler
+        if sampler is not None:
+            epoch, start = sampler.upcoming()
+            progress.update(epoch=epoch, start=start, share=sampler.share(epoch))
+        self._progress = progress
         source: Iterator[Any] = super().__iter__()
         if self.settings.mode == "threads":
             source = ThreadPrefetcher(source, self.settings.prefetch_batches)
-        return self._deliver(source)
+        return self._deliver(source, progress)
 
-    def _deliver(self, source: Iterator[Any]) -> Iterator[Any]:
+    def _deliver(self, source: Iterator[Any], progress: dict[str, Any]) -> Iterator[Any]:
         batches = to_device(source, self._device, self._normalizer)
-        progress: dict[str, Any] = {"delivered": 0}
-        self._progress = progress
         sizes = getattr(getattr(self.dataset, "index", None), "size", None)
         try:
             while True:
@@ -108,9 +113,6 @@ class DataLoader(torch.utils.data.DataLoader):
                 except StopIteration:
                     return
                 waited = time.perf_counter() - started
-                sampler = self.epoch_sampler
-                if sampler is not None and "epoch" not in progress:  # the sampler has started the epoch
-                    progress.update(epoch=sampler.epoch, start=sampler.start, share=sampler.share())
                 n = batch_size_of(batch)
                 nbytes = 0
                 if sizes is not None and "share" in progress:
@@ -135,10 +137,10 @@ class DataLoader(torch.utils.data.DataLoader):
         """Where this loader is: the epoch and how many of its samples were delivered."""
         sampler = self._require_sampler("state_dict")
         progress = self._progress
-        if "epoch" in progress:
+        if "epoch" in progress and not sampler.pinned:
             epoch, position = progress["epoch"], progress["start"] + progress["delivered"]
-        else:
-            epoch, position = sampler.epoch, sampler.start
+        else:  # no iteration yet, or set_epoch()/load_state_dict() chose the next one
+            epoch, position = sampler.upcoming()
         return {"epoch": epoch, "position": position, "seed": sampler.seed,
                 "num_samples": sampler.num_samples, "world_size": sampler.world_size,
                 "rank": sampler.rank, "shuffle": sampler.shuffle, "drop_last": sampler.drop_last}
@@ -152,7 +154,7 @@ class DataLoader(torch.utils.data.DataLoader):
                                  f"has {getattr(sampler, name)!r}; resume with the same dataset and settings")
         epoch, position = int(state["epoch"]), int(state["position"])
         sampler.resume(epoch, 0)
-        if position >= len(sampler.share()):
+        if position == len(sampler.share()):
             sampler.resume(epoch + 1, 0)  # that epoch was complete
         else:
             sampler.resume(epoch, position)
@@ -168,6 +170,29 @@ class DataLoader(torch.utils.data.DataLoader):
     def stats(self) -> dict[str, float]:
         """samples/s, MB/s of payload, and the fraction of wall time the loop waited for data."""
         return self._stats.as_dict()
+
+
+def _rebuilt_arguments(dataset: Any, batch_size: int | None, shuffle: bool | None, sampler: Any,
+                       batch_sampler: Any, drop_last: bool) -> tuple[int | None, bool | None, Any, Any]:
+    """The arguments that made a loader's attributes, when a framework (Lightning) passes them back.
+
+    A constructed loader holds both the arguments and what torch made of them: the BatchSampler
+    over its sampler, the sampler that ``shuffle`` chose, ``batch_size=None`` next to a custom
+    batch_sampler. Passed back as they are, torch would refuse them as mutually exclusive; they
+    are recognised here and mapped back. Any other combination goes to torch, which judges it.
+    """
+    data = torch.utils.data
+    if (type(batch_sampler) is data.BatchSampler and batch_sampler.batch_size == batch_size
+            and batch_sampler.drop_last == drop_last
+            and (sampler is None or sampler is batch_sampler.sampler)):
+        sampler, batch_sampler = batch_sampler.sampler, None  # the BatchSampler torch made
+    elif (batch_sampler is not None and batch_size is None and not drop_last and not shuffle
+          and type(sampler) is data.SequentialSampler and sampler.data_source is dataset):
+        sampler, batch_size = None, 1  # what torch made next to a custom batch_sampler
+    if shuffle and (isinstance(sampler, EpochSampler)
+                    or (type(sampler) is data.RandomSampler and sampler.data_source is dataset)):
+        shuffle = None  # the sampler shuffle=True made (or ours, which shuffles by itself)
+    return batch_size, shuffle, sampler, batch_sampler
 
 
 def _wants_epoch_sampler(dataset: Any, distributed: bool | None) -> bool:

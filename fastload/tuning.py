@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
@@ -65,11 +67,20 @@ def sample_cost(dataset: Dataset, batch_size: int, budget_s: float = 0.2) -> flo
             finally:
                 dataset.decode_threads, dataset._decoder = decoder, None
         else:
-            for i in range(min(n, batch_size, 16)):
-                dataset[i]
-                count += 1
-                if time.perf_counter() - started > budget_s:
-                    break
+            # The probe's random draws (augmentations) must not shift what the loop will see.
+            states = random.getstate(), np.random.get_state()
+            try:
+                with torch.random.fork_rng(devices=[]):
+                    dataset[0]  # warm-up: first-call costs (imports, allocator, file opens) are not per sample
+                    started = time.perf_counter()
+                    for i in range(min(n, batch_size, 16)):
+                        dataset[i]
+                        count += 1
+                        if time.perf_counter() - started > budget_s:
+                            break
+            finally:
+                random.setstate(states[0])
+                np.random.set_state(states[1])
     except Exception:
         return None  # the loader will raise it, with torch's own message, when it reads the sample
     return (time.perf_counter() - started) / max(count, 1)

@@ -32,18 +32,21 @@ class HDF5ShardWriter:
         total = self.offset
         offsets = np.zeros(len(self.payloads) + 1, dtype=np.int64)
         np.cumsum([len(p) for p in self.payloads], out=offsets[1:])
-        with h5py.File(self.path, "w", libver="earliest") as f:
-            f.attrs["fastload_format_version"] = FORMAT_VERSION
-            f.create_dataset(HDF5_OFFSETS, data=offsets)
-            # Early allocation and no fill: the payload space exists now, and we write it ourselves.
-            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-            dcpl.set_layout(h5py.h5d.CONTIGUOUS)
-            dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-            dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
-            space = h5py.h5s.create_simple((max(total, 1),))
-            dset = h5py.h5d.create(f.id, HDF5_DATA.encode(), h5py.h5t.NATIVE_UINT8, space, dcpl=dcpl)
-            data_offset = dset.get_offset()
-            dset.close()
+        try:
+            with h5py.File(self.path, "w", libver="earliest") as f:
+                f.attrs["fastload_format_version"] = FORMAT_VERSION
+                f.create_dataset(HDF5_OFFSETS, data=offsets)
+                # Early allocation and no fill: the payload space exists now, and we write it ourselves.
+                dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+                dcpl.set_layout(h5py.h5d.CONTIGUOUS)
+                dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+                dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+                space = h5py.h5s.create_simple((max(total, 1),))
+                dset = h5py.h5d.create(f.id, HDF5_DATA.encode(), h5py.h5t.NATIVE_UINT8, space, dcpl=dcpl)
+                data_offset = dset.get_offset()
+                dset.close()
+        except RuntimeError as exc:  # h5py reports a failed extend or close (disk full) as RuntimeError
+            raise OSError(f"HDF5 could not write the file ({exc})") from None
         if data_offset is None:
             raise OSError(f"{self.path}: HDF5 did not allocate the payload dataset")
         fd = os.open(self.path, os.O_WRONLY)

@@ -66,7 +66,8 @@ def load_column(dataset_dir: Path, name: str, entry: IndexFile, expected_len: in
             "(the file was changed or damaged); re-pack the dataset"
         )
     try:
-        array = np.load(io.BytesIO(data), allow_pickle=False)
+        # read_array, not np.load: np.load would also open a zip (.npz) or a pickle behind the name
+        array = np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise ManifestError(f"{path}: not a valid .npy file ({exc}); re-pack the dataset") from None
     if str(array.dtype) != entry.dtype or array.ndim != 1:

@@ -1,0 +1,189 @@
+"""Resolved settings, device delivery without CUDA, normalisation, stats and tune()."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader as TorchLoader
+
+import fastload
+import fastload.transfer
+from fastload import LoaderSettings
+
+from .helpers import Numbers, RandomNumbers, Stream, epoch, ids_and_pixels
+
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
+ARGUMENTS = ("num_workers", "prefetch_factor", "pin_memory")
+
+
+def test_settings_are_frozen_with_a_reason_for_each_argument(id_packed):
+    loader = fastload.DataLoader(fastload.PackedDataset(id_packed("lmdb"), image_size=32), batch_size=8)
+    settings = loader.settings
+    assert isinstance(settings, LoaderSettings)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.num_workers = 3  # type: ignore[misc]
+    for name in ARGUMENTS:
+        assert settings.reasons[name].strip(), name
+        assert f"{name}: {settings.reasons[name]}" in str(settings)
+    # The built-in pipeline decodes in threads: no worker processes, a background prefetch thread.
+    assert (settings.mode, settings.num_workers, settings.prefetch_factor) == ("threads", 0, None)
+    assert settings.prefetch_batches >= 1
+    assert (loader.num_workers, loader.prefetch_factor) == (0, None)  # what torch was given
+
+
+def test_iterable_dataset_gets_no_workers():
+    loader = fastload.DataLoader(Stream(), batch_size=2)
+    assert (loader.settings.num_workers, loader.settings.mode) == (0, "main")
+    assert "IterableDataset" in loader.settings.reasons["num_workers"]
+    assert epoch(loader) == epoch(TorchLoader(Stream(), batch_size=2))  # each item exactly once
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
+def test_explicit_values_are_kept():
+    loader = fastload.DataLoader(Numbers(), batch_size=4, num_workers=3, prefetch_factor=5, pin_memory=False)
+    settings = loader.settings
+    assert (settings.num_workers, settings.prefetch_factor, settings.pin_memory, settings.mode) == \
+        (3, 5, False, "processes")
+    assert all(settings.reasons[name] == "given" for name in ARGUMENTS)
+    assert (loader.num_workers, loader.prefetch_factor, loader.pin_memory) == (3, 5, False)
+    given_zero = fastload.DataLoader(Numbers(), num_workers=0, pin_memory=True).settings
+    assert (given_zero.num_workers, given_zero.mode, given_zero.pin_memory) == (0, "main", True)
+
+
+@no_cuda
+def test_pin_memory_is_off_without_cuda(id_packed):
+    for dataset in (Numbers(), fastload.PackedDataset(id_packed("lmdb"), image_size=32)):
+        for device in (None, "cpu"):
+            settings = fastload.DataLoader(dataset, batch_size=4, device=device).settings
+            assert settings.pin_memory is False
+            assert "no CUDA" in settings.reasons["pin_memory"]
+
+
+@pytest.mark.parametrize("num_workers", [-1, "many", 1.5, True])
+def test_bad_num_workers_is_refused(num_workers):
+    with pytest.raises(ValueError, match="num_workers"):
+        fastload.DataLoader(Numbers(), num_workers=num_workers)
+
+
+def test_auto_defaults_on_a_cheap_dataset_yield_what_torch_defaults_yield():
+    """The auto probe reads a few samples: their random draws must not shift the loop's."""
+    torch.manual_seed(5)
+    expected = epoch(TorchLoader(RandomNumbers(), batch_size=4, shuffle=True))
+    torch.manual_seed(5)
+    loader = fastload.DataLoader(RandomNumbers(), batch_size=4, shuffle=True)
+    if loader.settings.mode == "main":  # the probe found samples cheap, as they are
+        assert epoch(loader) == expected
+    torch.manual_seed(5)
+    state = torch.get_rng_state(), np.random.get_state()[1].copy()
+    fastload.DataLoader(RandomNumbers(), batch_size=4)
+    assert torch.equal(torch.get_rng_state(), state[0])
+    assert np.array_equal(np.random.get_state()[1], state[1])
+    # Deterministic samples: the same batches whatever the probe decided.
+    assert epoch(fastload.DataLoader(Numbers(), batch_size=4)) == epoch(TorchLoader(Numbers(), batch_size=4))
+
+
+# --- device and normalisation ----------------------------------------------------------------------
+
+
+@no_cuda
+def test_cuda_without_cuda_warns_once_and_delivers_on_cpu(id_packed, monkeypatch):
+    monkeypatch.setattr(fastload.transfer, "_warned_no_cuda", False)
+    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = fastload.DataLoader(ds, batch_size=8, device="cuda")
+        again = fastload.DataLoader(ds, batch_size=8, device="cuda", mean=[0.5] * 3, std=[0.5] * 3)
+    ours = [w for w in caught if "CUDA is not available" in str(w.message)]
+    assert len(ours) == 1
+    assert ours[0].filename == __file__  # points at the user's line, not into fastload
+    images, labels = next(iter(loader))
+    assert images.device.type == labels.device.type == "cpu" and images.dtype == torch.uint8
+    images, _ = next(iter(again))
+    assert images.device.type == "cpu" and images.dtype == torch.float32
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_mean_std_normalisation(id_packed, num_workers):
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32, train=True)
+    plain = fastload.DataLoader(ds, batch_size=8, shuffle=True, num_workers=num_workers)
+    normed = fastload.DataLoader(ds, batch_size=8, shuffle=True, num_workers=num_workers, mean=mean, std=std)
+    raw_ids, raw = ids_and_pixels(plain)
+    ids, got = ids_and_pixels(normed)
+    assert ids == raw_ids  # same order and crops: only the normalisation differs
+    m = torch.tensor(mean, dtype=torch.float64).view(3, 1, 1)
+    s = torch.tensor(std, dtype=torch.float64).view(3, 1, 1)
+    for x, y in zip(raw, got):
+        assert y.dtype == torch.float32 and y.shape == x.shape
+        torch.testing.assert_close(y.double(), (x.double() / 255 - m) / s, atol=1e-5, rtol=0)
+
+
+def test_mean_without_std_is_refused():
+    with pytest.raises(ValueError, match="mean and std"):
+        fastload.DataLoader(Numbers(), mean=[0.5])
+    with pytest.raises(ValueError, match="std"):
+        fastload.DataLoader(Numbers(), mean=[0.5, 0.5], std=[0.5, 0.0])
+
+
+# --- stats ----------------------------------------------------------------------------------------
+
+STATS_KEYS = {"samples", "batches", "seconds", "samples_per_s", "mb_per_s", "wait_fraction", "skipped"}
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stats_count_what_was_delivered(id_packed, num_workers):
+    ds = fastload.PackedDataset(id_packed("hdf5"), image_size=32)
+    loader = fastload.DataLoader(ds, batch_size=8, shuffle=True, num_workers=num_workers)
+    assert loader.stats()["samples"] == 0 and loader.stats()["samples_per_s"] == 0
+    for _ in range(2):
+        for _ in loader:
+            pass
+    stats = loader.stats()
+    assert set(stats) == STATS_KEYS
+    assert (stats["samples"], stats["batches"], stats["skipped"]) == (2 * 37, 2 * 5, 0)
+    assert stats["seconds"] > 0 and 0 <= stats["wait_fraction"] <= 1
+    assert stats["samples_per_s"] == pytest.approx(stats["samples"] / stats["seconds"])
+    payload = 2 * int(ds.index.size.sum())  # every record's stored bytes, twice
+    assert stats["mb_per_s"] * stats["seconds"] * 1e6 == pytest.approx(payload)
+
+
+def test_stats_of_a_plain_dataset_count_samples_not_bytes():
+    loader = fastload.DataLoader(Numbers(23), batch_size=4, num_workers=0)
+    epoch(loader)
+    stats = loader.stats()
+    assert (stats["samples"], stats["batches"], stats["mb_per_s"]) == (23, 6, 0.0)
+
+
+# --- tune -----------------------------------------------------------------------------------------
+
+
+def test_tune_returns_settings_with_the_measured_grid(id_packed):
+    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32)
+    best = fastload.tune(ds, batch_size=4, batches=2)
+    assert isinstance(best, LoaderSettings)
+    table = best.reasons["tune"]
+    entries = table.split(": ", 1)[1].split("; ")
+    assert table.startswith(f"best of {len(entries)}")
+    assert len(entries) == 6  # main, auto (threads), then 1 and 2 workers x prefetch 2 and 4
+    assert any(e.startswith("main/0w") for e in entries) and any(e.startswith("threads/0w") for e in entries)
+    assert any(e.startswith("processes/1w/pf4") for e in entries)
+    rates = [float(e.rsplit(": ", 1)[1].removesuffix("/s")) for e in entries]
+    assert all(r > 0 and math.isfinite(r) for r in rates)
+    assert f"{best.mode}/{best.num_workers}w/pf{best.prefetch_factor}" in table
+    for name in ARGUMENTS:  # the winner keeps its own reasons too
+        assert best.reasons[name]
+    # Its values make a working loader.
+    loader = fastload.DataLoader(ds, batch_size=4, num_workers=best.num_workers, prefetch_factor=best.prefetch_factor)
+    assert sorted(ids_and_pixels(loader)[0]) == list(range(37))
+
+
+def test_tune_with_given_candidates():
+    best = fastload.tune(Numbers(40), batch_size=4, batches=3, candidates=[{"num_workers": 0}, {"num_workers": 1}])
+    entries = best.reasons["tune"].split(": ", 1)[1].split("; ")
+    assert [e.split(":")[0] for e in entries] == ["main/0w/pfNone", "processes/1w/pf2"]
+    assert best.num_workers in (0, 1)

@@ -1,0 +1,223 @@
+"""The reader contract, run for every storage kind: exact bytes by index, checks, lazy per-process handles."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import random
+
+import pytest
+
+from fastload import CorruptRecordError, ManifestError
+from fastload.format import RecordIndex, read_manifest
+from fastload.readers import READERS, HDF5Reader, LMDBReader, ShardReader
+from tests.conftest import copy_dataset, flip_payload_byte, load_manifest_json, save_manifest_json
+
+STORAGES = ["lmdb", "hdf5"]
+
+
+def open_reader(out) -> ShardReader:
+    manifest = read_manifest(out)
+    return READERS[manifest.storage](out, manifest, RecordIndex(out, manifest))
+
+
+@pytest.fixture(params=STORAGES)
+def storage(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def reader_and_files(packed, storage):
+    out, files = packed(storage)
+    reader = open_reader(out)
+    expected = [files[reader.index.path[i]] for i in range(len(files))]
+    yield reader, expected
+    reader.close()
+
+
+def test_registry_names_every_storage_kind():
+    assert READERS == {"lmdb": LMDBReader, "hdf5": HDF5Reader}
+    assert all(issubclass(cls, ShardReader) for cls in READERS.values())
+
+
+def test_read_gives_every_record_bit_exact(reader_and_files):
+    reader, expected = reader_and_files
+    assert len(reader.manifest.shards) > 1
+    assert [reader.read(i) for i in range(len(expected))] == expected
+
+
+def test_read_many_in_any_order_across_shards(reader_and_files):
+    reader, expected = reader_and_files
+    order = list(range(len(expected))) * 2
+    random.Random(0).shuffle(order)
+    assert reader.read_many(order) == [expected[i] for i in order]
+    assert reader.read_raw(order[:7]) == [expected[i] for i in order[:7]]
+    assert reader.read_many([]) == []
+    assert all(isinstance(b, bytes) for b in reader.read_many([0, len(expected) - 1]))
+
+
+def test_handles_open_lazily_and_are_never_pickled(reader_and_files):
+    reader, expected = reader_and_files
+    reader.close()
+    assert reader._handles == {}  # nothing is opened until a record is read
+    reader.read(0)
+    assert len(reader._handles) == 1 and reader._pid == os.getpid()
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy._handles == {} and copy._pid == -1
+    assert copy.read_many([len(expected) - 1, 0]) == [expected[-1], expected[0]]
+    copy.close()
+    reader.close()
+    assert reader._handles == {}
+    assert reader.read(1) == expected[1]  # re-opens after close
+
+
+def _read_all_in_child(reader: ShardReader, queue) -> None:
+    try:
+        data = reader.read_many(list(range(len(reader.index.path))))
+        queue.put((os.getpid(), reader._pid, data))
+    except BaseException as exc:  # report, never hang the parent
+        queue.put((os.getpid(), None, repr(exc)))
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_reader_opened_in_the_parent_works_in_a_child(reader_and_files, method):
+    reader, expected = reader_and_files
+    reader.read_many(list(range(len(expected))))  # handles open in the parent before the fork
+    ctx = mp.get_context(method)
+    queue = ctx.Queue()
+    child = ctx.Process(target=_read_all_in_child, args=(reader, queue))
+    child.start()
+    pid, handle_pid, data = queue.get(timeout=60)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert data == expected
+    assert handle_pid == pid != os.getpid()  # the child opened its own handles
+    assert reader.read(0) == expected[0]  # and the parent's still work
+
+
+def test_where_names_shard_record_and_path(reader_and_files):
+    reader, _ = reader_and_files
+    i = len(reader.index.path) - 1
+    shard = reader.manifest.shards[int(reader.index.shard[i])].file
+    assert reader.where(i) == f"{reader.root / shard} record {i} ({reader.index.path[i]})"
+
+
+def test_a_flipped_byte_raises_corrupt_record_naming_it(packed, storage, tmp_path):
+    out = copy_dataset(packed(storage)[0], tmp_path / "ds")
+    reader = open_reader(out)
+    victim = len(reader.index.path) // 2
+    good = reader.read(victim)
+    reader.close()
+    shard = flip_payload_byte(out, victim)
+    reader = open_reader(out)
+    with pytest.raises(CorruptRecordError) as err:
+        reader.read_many([0, victim])
+    text = str(err.value)
+    assert text.startswith(f"{out / shard} record {victim} ({reader.index.path[victim]}): checksum mismatch")
+    assert f"fastload verify {out}" in text and isinstance(err.value, ValueError)
+    raw = reader.read_raw([victim])[0]  # unchecked: the damaged bytes themselves
+    assert len(raw) == len(good) and raw != good and sum(a != b for a, b in zip(raw, good)) == 1
+    assert reader.read(0) is not None and reader.read(victim - 1)
+    reader.close()
+
+
+def test_a_missing_shard_is_a_manifest_error_on_first_read(packed, storage, tmp_path):
+    out = copy_dataset(packed(storage)[0], tmp_path / "ds")
+    reader = open_reader(out)
+    last = len(reader.index.path) - 1
+    (out / reader.manifest.shards[-1].file).unlink()
+    assert reader.read(0)  # other shards still read
+    with pytest.raises(ManifestError, match=reader.manifest.shards[-1].file):
+        reader.read(last)
+
+
+def _read_first(reader: ShardReader, queue) -> None:
+    try:
+        reader.read_many([0])
+        queue.put(None)
+    except Exception as exc:
+        queue.put((type(exc).__name__, str(exc)))
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.0])
+def test_a_truncated_shard_is_an_error_not_a_crash(packed, storage, tmp_path, keep):
+    # An LMDB file is memory-mapped: reading past the end of a truncated one would be SIGBUS,
+    # so the read runs in a child that this test outlives.
+    out = copy_dataset(packed(storage)[0], tmp_path / "ds")
+    reader = open_reader(out)
+    path = out / reader.manifest.shards[0].file
+    os.truncate(path, int(path.stat().st_size * keep))
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_read_first, args=(reader, queue))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0, f"the reader crashed (exit {child.exitcode})"
+    kind, message = queue.get(timeout=10)
+    assert kind in ("ManifestError", "CorruptRecordError") and message.startswith(str(path))
+
+
+def test_lmdb_shard_replaced_by_other_bytes_is_refused(packed, tmp_path):
+    out = copy_dataset(packed("lmdb")[0], tmp_path / "ds")
+    reader = open_reader(out)
+    path = out / reader.manifest.shards[0].file
+    path.write_bytes(b"\0" * path.stat().st_size)  # right size, not an LMDB file
+    with pytest.raises(ManifestError, match="cannot open LMDB shard"):
+        reader.read(0)
+
+
+def test_hdf5_payload_offset_must_match_the_manifest(packed, tmp_path):
+    out = copy_dataset(packed("hdf5")[0], tmp_path / "ds")
+    raw = load_manifest_json(out)
+    raw["shards"][0]["data_offset"] += 8
+    save_manifest_json(out, raw)
+    reader = open_reader(out)
+    with pytest.raises(ManifestError, match="the payload dataset is not where the manifest says"):
+        reader.read(0)
+
+
+def test_hdf5_shard_that_is_not_hdf5_is_refused(packed, tmp_path):
+    out = copy_dataset(packed("hdf5")[0], tmp_path / "ds")
+    reader = open_reader(out)
+    (out / reader.manifest.shards[0].file).write_bytes(b"not hdf5 " * 100)
+    with pytest.raises(ManifestError, match="not a readable fastload HDF5 shard"):
+        reader.read(0)
+
+
+def test_both_storage_kinds_hold_the_same_records(packed):
+    lmdb_reader, hdf5_reader = open_reader(packed("lmdb")[0]), open_reader(packed("hdf5")[0])
+    n = len(lmdb_reader.index.path)
+    assert lmdb_reader.read_many(range(n)) == hdf5_reader.read_many(range(n))
+    assert (lmdb_reader.index.checksum == hdf5_reader.index.checksum).all()
+    lmdb_reader.close()
+    hdf5_reader.close()
+
+
+def _two_readers_in_child(a: ShardReader, b: ShardReader, queue) -> None:
+    try:
+        n = len(a.index.path)
+        queue.put((b.read_many(list(range(n))), a.read_many(list(range(n)))))
+    except BaseException as exc:
+        queue.put(repr(exc))
+
+
+def test_two_readers_of_one_dataset_in_one_process(packed, storage):
+    # py-lmdb refuses to open a file twice in a process: readers must share, before and after a fork.
+    out, files = packed(storage)
+    a, b = open_reader(out), open_reader(out)
+    n = len(files)
+    expected = [files[a.index.path[i]] for i in range(n)]
+    assert a.read_many(range(n)) == b.read_many(range(n)) == expected
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_two_readers_in_child, args=(a, b, queue))
+    child.start()
+    assert queue.get(timeout=60) == (expected, expected)
+    child.join(timeout=60)
+    a.close()
+    assert b.read_many([n - 1, 0]) == [expected[-1], expected[0]]  # closing one leaves the other working
+    b.close()
+    c = open_reader(out)
+    assert c.read(0) == expected[0]
+    c.close()
