@@ -17,7 +17,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 venv: $(VENV)/.installed
 
 demo: venv
-	$(PY) bench/make_example.py $(DEMO)/images --count 600 --classes 6
+	$(PY) bench/make_example.py $(DEMO)/images --count 600 --classes 6 --overwrite
 	$(VENV)/bin/fastload pack $(DEMO)/images -o $(DEMO)/images.fl --overwrite
 	$(VENV)/bin/fastload info $(DEMO)/images.fl
 	$(VENV)/bin/fastload verify $(DEMO)/images.fl
