@@ -174,7 +174,7 @@ class PackedDataset(torch.utils.data.Dataset):
         return self._decoder
 
     def payload(self, i: int, data: bytes) -> Any:
-        """Record ``i`` as a sample: an RGB PIL image, or its bytes when the dataset holds other files."""
+        """Record ``i`` as a sample: an RGB PIL image, or its bytes in a dataset of other files."""
         return self.load_image(i, data) if self.manifest.kind == "images" else data
 
     def load_image(self, i: int, data: bytes) -> Any:

@@ -81,6 +81,7 @@ class EpochSampler(Sampler):
         return (SampleKey(i, epoch, seed) for i in order.tolist())
 
     def __len__(self) -> int:
+        """Samples the next iteration yields (what a progress bar reads before iterating)."""
         n, w = self.num_samples, self.world_size
         per_rank = n // w if self.drop_last else -(-n // w)
-        return per_rank - self.start
+        return per_rank - self.upcoming()[1]

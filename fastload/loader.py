@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
@@ -73,8 +74,9 @@ class DataLoader(torch.utils.data.DataLoader):
         self.settings: LoaderSettings = resolve_settings(
             dataset, batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
             pin_memory=pin_memory, device=self._device)
-        if collate_fn is None and uses_builtin_pipeline(dataset):
-            collate_fn = collate_images
+        batching = batch_size is not None or batch_sampler is not None
+        if collate_fn is None and batching and uses_builtin_pipeline(dataset):
+            collate_fn = collate_images  # unbatched, torch converts each sample: keep its default
         self._stats = LoaderStats()
         self._progress: dict[str, Any] = {}
         super().__init__(dataset, batch_size, shuffle, sampler, batch_sampler, self.settings.num_workers,
@@ -90,7 +92,7 @@ class DataLoader(torch.utils.data.DataLoader):
         return sampler if isinstance(sampler, EpochSampler) else None
 
     def __iter__(self) -> Iterator[Any]:
-        # Where this iteration starts, taken before torch's iterator (or its workers) pull the sampler.
+        # Where this iteration starts, taken before torch's iterator (or workers) pull the sampler.
         progress: dict[str, Any] = {"delivered": 0}
         sampler = self.epoch_sampler
         if sampler is not None:
@@ -136,6 +138,11 @@ class DataLoader(torch.utils.data.DataLoader):
     def state_dict(self) -> dict[str, Any]:
         """Where this loader is: the epoch and how many of its samples were delivered."""
         sampler = self._require_sampler("state_dict")
+        if not self.in_order and self.num_workers > 0:
+            # Only a count of delivered samples is kept: right when batches arrive in sampler order.
+            warnings.warn("state_dict: with in_order=False, workers may deliver batches out of "
+                          "order, and a resume from this state can repeat some samples and skip others; "
+                          "keep in_order=True (the default) for an exact resume", stacklevel=2)
         progress = self._progress
         if "epoch" in progress and not sampler.pinned:
             epoch, position = progress["epoch"], progress["start"] + progress["delivered"]

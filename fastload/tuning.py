@@ -71,7 +71,7 @@ def sample_cost(dataset: Dataset, batch_size: int, budget_s: float = 0.2) -> flo
             states = random.getstate(), np.random.get_state()
             try:
                 with torch.random.fork_rng(devices=[]):
-                    dataset[0]  # warm-up: first-call costs (imports, allocator, file opens) are not per sample
+                    dataset[0]  # warm-up: first-call costs (imports, file opens) are not per sample
                     started = time.perf_counter()
                     for i in range(min(n, batch_size, 16)):
                         dataset[i]

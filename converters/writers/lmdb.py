@@ -31,9 +31,12 @@ class LMDBShardWriter:
         """Store ``payload`` at the next position; returns its offset in the shard's data stream."""
         need = (len(payload) + 16 + _PAGE - 1) // _PAGE * _PAGE + 64
         if self.used + need + 16 * _PAGE > self.map_size * 0.9:
-            self._commit()
+            # LMDB may only grow the map with no transaction open: commit, grow, then begin again.
+            self.txn.commit()
             self.map_size = max(self.map_size * 2, self.used + need + 64 * 2**20)
             self.env.set_mapsize(self.map_size)
+            self.txn = self.env.begin(write=True)
+            self.pending = 0
         elif self.pending > _COMMIT_EVERY:
             self._commit()
         self.txn.put(lmdb_key(self.position), payload, append=True)

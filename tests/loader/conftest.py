@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import write_id_list
-
-ID_RECORDS = 37  # prime: no batch size or rank count divides it
+from .helpers import ID_RECORDS, write_id_list
 
 
 @pytest.fixture(scope="session")

@@ -156,6 +156,8 @@ def ids_and_pixels(loader: Iterable, limit: int | None = None) -> tuple[list[int
 
 # --- packed image datasets ------------------------------------------------------------------------
 
+ID_RECORDS = 37  # records in the ``id_packed`` datasets; prime: no batch size or rank count divides it
+
 
 def picture(width: int, height: int, seed: int) -> Image.Image:
     """A photo-like RGB picture: smooth gradients plus a few flat shapes, different for each seed."""
@@ -242,7 +244,8 @@ def ddp_rank(rank: int, world_size: int, init_file: str, dataset: str, out: str)
         dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
         packed = fastload.PackedDataset(dataset, image_size=16, train=True)
         for drop_last in (True, False):
-            loader = fastload.DataLoader(packed, batch_size=4, shuffle=True, drop_last=drop_last, num_workers=2)
+            loader = fastload.DataLoader(packed, batch_size=4, shuffle=True, drop_last=drop_last,
+                                         num_workers=2)
             sampler = loader.epoch_sampler
             result[f"packed-drop_last={drop_last}"] = labels(loader)
             result[f"sampler-drop_last={drop_last}"] = [sampler.rank, sampler.world_size]

@@ -9,8 +9,7 @@ from collections import Counter
 
 import pytest
 
-from .conftest import ID_RECORDS
-from .helpers import ddp_rank
+from .helpers import ID_RECORDS, ddp_rank
 
 WORLD = 2
 

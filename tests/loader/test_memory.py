@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -60,6 +61,8 @@ def tiny_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[s
     # HDF5: the LMDB writer cannot pack this many records (see the test report).
     pack(base / "files", base / "tiny.fl", format="hdf5", extensions=[".bin"], progress=False)
     packed = time.perf_counter()
+    # 200,000 inodes left in pytest's temp folders would slow every later session's clean-up.
+    shutil.rmtree(base / "files")
     return base / "tiny.fl", {"write_s": made - started, "pack_s": packed - made}
 
 
@@ -69,7 +72,8 @@ def test_worker_memory_is_flat_over_epochs(tiny_dataset, tmp_path):
     ds = fastload.PackedDataset(path)
     assert len(ds) == RECORDS and ds.manifest.kind == "files"
     loader = fastload.DataLoader(ds, batch_size=1024, shuffle=True, num_workers=2, persistent_workers=True,
-                                 collate_fn=count_batch, worker_init_fn=functools.partial(note_worker, str(tmp_path)))
+                                 collate_fn=count_batch,
+                                 worker_init_fn=functools.partial(note_worker, str(tmp_path)))
     seen: list[dict[int, dict[str, float]]] = []
     for _ in range(EPOCHS):
         records = nbytes = 0
@@ -77,13 +81,15 @@ def test_worker_memory_is_flat_over_epochs(tiny_dataset, tmp_path):
             records += count
             nbytes += size
         assert (records, nbytes) == (RECORDS, 16 * RECORDS)  # each record once, read in full
-        workers = {int(pid): float(mb) for pid, mb in (p.read_text().split() for p in tmp_path.glob("worker*"))}
+        notes = [p.read_text().split() for p in tmp_path.glob("worker*")]
+        workers = {int(pid): float(mb) for pid, mb in notes}
         seen.append({pid: memory_mb(pid) for pid in [*sorted(workers), os.getpid()]})
     pids = list(seen[0])
     assert len(pids) == 3 and list(seen[-1]) == pids  # the same two workers served every epoch
     report = "; ".join(
         (f"worker {pid}: private at start {workers[pid]:.1f} MB, " if pid in workers else f"main {pid}: ")
-        + ", ".join(f"{k} {seen[0][pid][k]:.1f}→{seen[-1][pid][k]:.1f} MB" for k in ("rss", "pss", "private"))
+        + ", ".join(f"{k} {seen[0][pid][k]:.1f}→{seen[-1][pid][k]:.1f} MB"
+                    for k in ("rss", "pss", "private"))
         for pid in pids)
     print(f"made {RECORDS} files in {timings['write_s']:.1f} s, packed in {timings['pack_s']:.1f} s; {report}")
     for pid in pids:

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader as TorchLoader
 import fastload
 
 from .helpers import (
-    EveryThird, Failing, Numbers, RandomNumbers, Slow, Stream, UnevenBatches, WorkerTagged, epoch,
+    ID_RECORDS, EveryThird, Failing, Numbers, RandomNumbers, Slow, Stream, UnevenBatches, WorkerTagged, epoch,
     pairs_collate, tag_worker,
 )
 
@@ -31,7 +31,8 @@ CASES: dict[str, Callable[[], dict[str, Any]]] = {
     "shuffle-drop-last": lambda: {"batch_size": 5, "shuffle": True, "drop_last": True, "generator": seeded(3)},
     "drop-last": lambda: {"batch_size": 5, "drop_last": True},
     "shuffle-global-seed": lambda: {"batch_size": 3, "shuffle": True},
-    "collate-fn": lambda: {"batch_size": 4, "shuffle": True, "generator": seeded(), "collate_fn": pairs_collate},
+    "collate-fn": lambda: {"batch_size": 4, "shuffle": True, "generator": seeded(),
+                           "collate_fn": pairs_collate},
     "sampler": lambda: {"batch_size": 4, "sampler": EveryThird(N)},
     "batch-sampler": lambda: {"batch_sampler": UnevenBatches(N)},
     "no-batching": lambda: {"batch_size": None, "shuffle": True, "generator": seeded(11)},
@@ -55,10 +56,11 @@ def test_random_draws_in_samples_match_torch(num_workers):
     """Workers are seeded from the loader's generator as torch seeds them; in the main process the
     samples draw from the global RNG, which the loader must not consume differently."""
     ds = RandomNumbers(N)
+    kwargs = {"batch_size": 4, "shuffle": True, "num_workers": num_workers}
     torch.manual_seed(99)
-    expected = epoch(TorchLoader(ds, batch_size=4, shuffle=True, num_workers=num_workers, generator=seeded(5)))
+    expected = epoch(TorchLoader(ds, generator=seeded(5), **kwargs))
     torch.manual_seed(99)
-    got = epoch(fastload.DataLoader(ds, batch_size=4, shuffle=True, num_workers=num_workers, generator=seeded(5)))
+    got = epoch(fastload.DataLoader(ds, generator=seeded(5), **kwargs))
     assert got == expected
 
 
@@ -181,3 +183,34 @@ def test_invalid_arguments_are_refused_like_torch(kwargs, message):
     with pytest.raises(ValueError) as ours:
         fastload.DataLoader(Numbers(N), **kwargs)
     assert message in str(theirs.value) and message in str(ours.value)
+
+
+# --- a PackedDataset with explicit torch arguments -------------------------------------------------
+
+
+def _pixels_equal(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(
+        torch.equal(x[0], y[0]) and torch.equal(torch.as_tensor(x[1]), torch.as_tensor(y[1]))
+        for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("kwargs", [
+    {"batch_size": 4}, {"batch_size": 5, "drop_last": True}, {"batch_size": None},
+    {"batch_size": 3, "sampler": EveryThird(ID_RECORDS)}, {"batch_sampler": UnevenBatches(ID_RECORDS)},
+], ids=repr)
+def test_packed_dataset_in_eval_mode_yields_torchs_batches(id_packed, kwargs, num_workers):
+    """Unshuffled eval samples are the same whoever orders them: the loaders must agree exactly,
+    including when no batching makes each sample go through collate on its own."""
+    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=24, train=False)
+    expected = list(TorchLoader(ds, num_workers=num_workers, **kwargs))
+    got = list(fastload.DataLoader(ds, num_workers=num_workers, **kwargs))
+    assert _pixels_equal(got, expected)
+
+
+def test_packed_dataset_with_a_custom_collate_fn_gets_the_samples(id_packed):
+    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=24, train=False)
+    kwargs = {"batch_size": 4, "collate_fn": lambda samples: [(tuple(x.shape), y) for x, y in samples]}
+    got = list(fastload.DataLoader(ds, num_workers=0, **kwargs))
+    assert got == list(TorchLoader(ds, **kwargs))
+    assert got[0] == [((3, 24, 24), 0), ((3, 24, 24), 1), ((3, 24, 24), 2), ((3, 24, 24), 3)]

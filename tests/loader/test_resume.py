@@ -4,15 +4,16 @@ samples not yet delivered, with the same crops; each new iteration is the next e
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
 
 import fastload
 
-from .helpers import Numbers, ids_and_pixels
+from .helpers import ID_RECORDS, Numbers, ids_and_pixels
 
-BATCH = 5  # 37 records: 7 full batches and one of 2
+BATCH = 5  # 37 records (ID_RECORDS): 7 full batches and one of 2
 
 
 def make_loader(path, num_workers: int, *, drop_last: bool = False, shuffle: bool = True,
@@ -67,9 +68,10 @@ def test_resume_mid_epoch_with_other_policies(id_packed, drop_last, shuffle):
     del it
     resumed = make_loader(path, 0, drop_last=drop_last, shuffle=shuffle)
     resumed.load_state_dict(state)
+    batches = len(resumed)
     ids, pixels = ids_and_pixels(resumed)
     assert ids == expected[0][2 * BATCH:] and same_pixels(pixels, expected[1][2 * BATCH:])
-    assert len(resumed) == len(ids) // BATCH + (0 if drop_last else bool(len(ids) % BATCH))
+    assert batches == len(ids) // BATCH + (0 if drop_last else bool(len(ids) % BATCH))
 
 
 def test_resume_twice_in_one_epoch(id_packed):
@@ -137,11 +139,11 @@ def test_state_dict_needs_fastloads_sampler():
 def test_each_iteration_is_the_next_epoch_and_set_epoch_replays(id_packed, num_workers):
     loader = make_loader(id_packed("lmdb"), num_workers)
     first, second = ids_and_pixels(loader), ids_and_pixels(loader)
-    assert sorted(first[0]) == sorted(second[0]) == list(range(37))
+    assert sorted(first[0]) == sorted(second[0]) == list(range(ID_RECORDS))
     assert first[0] != second[0]  # a new order without set_epoch
     # The same record gets another crop in another epoch.
     by_id = [dict(zip(ids, pixels)) for ids, pixels in (first, second)]
-    assert sum(not torch.equal(by_id[0][i], by_id[1][i]) for i in range(37)) > 30
+    assert sum(not torch.equal(by_id[0][i], by_id[1][i]) for i in range(ID_RECORDS)) > 30
     loader.set_epoch(0)
     replay = ids_and_pixels(loader)
     assert replay[0] == first[0] and same_pixels(replay[1], first[1])
@@ -155,6 +157,29 @@ def test_order_and_crops_do_not_depend_on_num_workers(id_packed):
     runs = [ids_and_pixels(make_loader(path, w)) for w in (0, 1, 2)]
     assert runs[0][0] == runs[1][0] == runs[2][0]
     assert same_pixels(runs[0][1], runs[1][1]) and same_pixels(runs[0][1], runs[2][1])
+
+
+@pytest.mark.parametrize("storage", ["lmdb", "hdf5"])
+def test_handles_opened_before_the_workers_fork_are_not_reused(id_packed, storage):
+    """The main process reads first (opening its shard handles), then forked workers read the same
+    dataset object: each must open its own handles and get the same bytes and pixels."""
+    path = id_packed(storage)
+    expected = ids_and_pixels(make_loader(path, 0))
+    ds = fastload.PackedDataset(path, image_size=32, train=True)
+    ids_and_pixels(fastload.DataLoader(ds, batch_size=BATCH, num_workers=0))  # handles open here
+    for _ in range(2):  # and twice, so the second set of workers forks from a parent that forked
+        got = ids_and_pixels(fastload.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=2))
+        assert got[0] == expected[0] and same_pixels(got[1], expected[1])
+
+
+def test_spawned_workers_give_the_same_order_and_crops(id_packed):
+    path = id_packed("lmdb")
+    expected = ids_and_pixels(make_loader(path, 0))
+    ds = fastload.PackedDataset(path, image_size=32, train=True)
+    loader = fastload.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=2,
+                                 multiprocessing_context="spawn")
+    got = ids_and_pixels(loader)
+    assert got[0] == expected[0] and same_pixels(got[1], expected[1])
 
 
 def test_an_abandoned_iteration_still_moves_to_the_next_epoch(id_packed):
@@ -183,3 +208,29 @@ def test_seed_changes_order_and_crops(id_packed):
     path = id_packed("lmdb")
     a, b = ids_and_pixels(make_loader(path, 0, seed=0)), ids_and_pixels(make_loader(path, 0, seed=1))
     assert a[0] != b[0]
+
+
+def test_state_dict_warns_when_batches_may_arrive_out_of_order(id_packed):
+    """Only a count of delivered samples is saved: exact while batches arrive in sampler order."""
+    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32, train=True)
+    loader = fastload.DataLoader(ds, batch_size=BATCH, num_workers=2, in_order=False)
+    with pytest.warns(UserWarning, match="in_order=False"):
+        loader.state_dict()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fastload.DataLoader(ds, batch_size=BATCH, num_workers=0, in_order=False).state_dict()
+        make_loader(id_packed("lmdb"), 2).state_dict()
+
+
+def test_len_is_the_length_of_the_next_iteration(id_packed):
+    """``len(loader)`` (what progress bars and schedulers read before iterating) counts the batches
+    the next iteration yields: the rest of a resumed epoch, then whole epochs again."""
+    path = id_packed("lmdb")
+    loader = make_loader(path, 0)
+    assert len(loader) == 8
+    state = {**loader.state_dict(), "position": 2 * BATCH}
+    loader.load_state_dict(state)
+    assert len(loader) == 6
+    assert sum(1 for _ in loader) == 6
+    assert len(loader) == 8
+    assert sum(1 for _ in loader) == 8

@@ -15,7 +15,7 @@ import fastload
 import fastload.transfer
 from fastload import LoaderSettings
 
-from .helpers import Numbers, RandomNumbers, Stream, epoch, ids_and_pixels
+from .helpers import ID_RECORDS, Numbers, RandomNumbers, Stream, epoch, ids_and_pixels
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
 ARGUMENTS = ("num_workers", "prefetch_factor", "pin_memory")
@@ -145,7 +145,7 @@ def test_stats_count_what_was_delivered(id_packed, num_workers):
             pass
     stats = loader.stats()
     assert set(stats) == STATS_KEYS
-    assert (stats["samples"], stats["batches"], stats["skipped"]) == (2 * 37, 2 * 5, 0)
+    assert (stats["samples"], stats["batches"], stats["skipped"]) == (2 * ID_RECORDS, 2 * 5, 0)
     assert stats["seconds"] > 0 and 0 <= stats["wait_fraction"] <= 1
     assert stats["samples_per_s"] == pytest.approx(stats["samples"] / stats["seconds"])
     payload = 2 * int(ds.index.size.sum())  # every record's stored bytes, twice
@@ -178,12 +178,14 @@ def test_tune_returns_settings_with_the_measured_grid(id_packed):
     for name in ARGUMENTS:  # the winner keeps its own reasons too
         assert best.reasons[name]
     # Its values make a working loader.
-    loader = fastload.DataLoader(ds, batch_size=4, num_workers=best.num_workers, prefetch_factor=best.prefetch_factor)
-    assert sorted(ids_and_pixels(loader)[0]) == list(range(37))
+    loader = fastload.DataLoader(ds, batch_size=4, num_workers=best.num_workers,
+                                 prefetch_factor=best.prefetch_factor)
+    assert sorted(ids_and_pixels(loader)[0]) == list(range(ID_RECORDS))
 
 
 def test_tune_with_given_candidates():
-    best = fastload.tune(Numbers(40), batch_size=4, batches=3, candidates=[{"num_workers": 0}, {"num_workers": 1}])
+    best = fastload.tune(Numbers(40), batch_size=4, batches=3,
+                         candidates=[{"num_workers": 0}, {"num_workers": 1}])
     entries = best.reasons["tune"].split(": ", 1)[1].split("; ")
     assert [e.split(":")[0] for e in entries] == ["main/0w/pfNone", "processes/1w/pf2"]
     assert best.num_workers in (0, 1)
