@@ -90,7 +90,6 @@ def decode_ceiling(files: list[str], seconds: float = 3.0) -> float:
 def drop_cache(paths) -> None:
     for p in paths:
         fd = os.open(p, os.O_RDONLY)
-        os.fsync(fd) if False else None
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.close(fd)
 

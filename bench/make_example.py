@@ -15,12 +15,12 @@ import argparse
 import io
 import multiprocessing as mp
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from image_tree import prepare_out_dir  # bench/ is the script folder, so on sys.path
 from PIL import Image, ImageDraw, ImageFilter
 
 SHAPES = ("ellipse", "rectangle", "polygon", "line")
@@ -122,23 +122,6 @@ def _write_one(job: tuple[int, int, int, int, int, str]) -> int:
     with open(path, "wb") as f:
         f.write(buf.getvalue())
     return buf.tell()
-
-
-def prepare_out_dir(out_dir: Path, classes: int, overwrite: bool) -> list[Path]:
-    if out_dir.exists() and any(out_dir.iterdir()):
-        if not overwrite:
-            raise SystemExit(f"{out_dir}: not empty; "
-                             "pass --overwrite to replace its class_* folders")
-        for child in out_dir.glob("class_*"):
-            shutil.rmtree(child)
-        if any(out_dir.iterdir()):
-            raise SystemExit(f"{out_dir}: holds files other than class_* folders; "
-                             "choose an empty folder")
-    width = max(3, len(str(classes - 1)))
-    dirs = [out_dir / f"class_{c:0{width}d}" for c in range(classes)]
-    for d in dirs:
-        d.mkdir(parents=True, exist_ok=True)
-    return dirs
 
 
 def main(args: argparse.Namespace) -> int:

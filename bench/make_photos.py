@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from image_tree import prepare_out_dir  # bench/ is the script folder, so on sys.path
 from PIL import Image, ImageEnhance
 from tqdm import tqdm
 
@@ -212,23 +213,6 @@ def calibrate(pool: mp.pool.Pool, seed: int, count: int, target_bytes: float) ->
     k = int(np.searchsorted(means, target_bytes)) - 1  # means[k] < target <= means[k + 1]
     frac = (target_bytes - means[k]) / (means[k + 1] - means[k])
     return round(CANDIDATE_QUALITIES[k] + float(frac), 2)
-
-
-def prepare_out_dir(out_dir: Path, classes: int, overwrite: bool) -> list[Path]:
-    if out_dir.exists() and any(out_dir.iterdir()):
-        if not overwrite:
-            raise SystemExit(f"{out_dir}: not empty; "
-                             "pass --overwrite to replace its class_* folders")
-        for child in out_dir.glob("class_*"):
-            shutil.rmtree(child)
-        if any(out_dir.iterdir()):
-            raise SystemExit(f"{out_dir}: holds files other than class_* folders; "
-                             "choose an empty folder")
-    width = max(3, len(str(classes - 1)))
-    dirs = [out_dir / f"class_{c:0{width}d}" for c in range(classes)]
-    for d in dirs:
-        d.mkdir(parents=True, exist_ok=True)
-    return dirs
 
 
 def main(args: argparse.Namespace) -> int:
