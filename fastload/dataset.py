@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +12,7 @@ import torch.utils.data
 
 from fastload.collate import collate_images
 from fastload.config import available_cpus
+from fastload.decode import decode_rgb
 from fastload.epoch_sampler import SampleKey
 from fastload.format import Manifest, RecordIndex, read_manifest
 from fastload.pipeline import ImagePipeline, ThreadDecoder, decode_batch
@@ -179,13 +179,7 @@ class PackedDataset(torch.utils.data.Dataset):
 
     def load_image(self, i: int, data: bytes) -> Any:
         """Full decode to an RGB PIL image; damage raises CorruptRecordError naming the record."""
-        from PIL import Image
-
-        try:
-            image = Image.open(io.BytesIO(data))
-            return image.convert("RGB")
-        except Exception as exc:
-            raise self.reader.corrupt(i, f"does not decode as an image ({exc})") from None
+        return decode_rgb(data, where=self.reader.where(i))
 
     def __repr__(self) -> str:
         return (f"PackedDataset({str(self.root)!r}, records={len(self)}, classes={len(self.classes)}, "

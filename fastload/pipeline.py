@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,14 +32,13 @@ class ImagePipeline:
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     resize_ratio: float = 0.875
 
-    def __post_init__(self) -> None:
-        self.geometry  # validates the arguments now
+    geometry: TrainCrop | EvalCrop = field(init=False, repr=False, compare=False)
 
-    @property
-    def geometry(self) -> TrainCrop | EvalCrop:
-        if self.train:
-            return TrainCrop(self.image_size, scale=self.scale, ratio=self.ratio)
-        return EvalCrop(self.image_size, resize_ratio=self.resize_ratio)
+    def __post_init__(self) -> None:
+        # Built (and validated) once: plan() runs for every sample.
+        geometry = (TrainCrop(self.image_size, scale=self.scale, ratio=self.ratio) if self.train
+                    else EvalCrop(self.image_size, resize_ratio=self.resize_ratio))
+        object.__setattr__(self, "geometry", geometry)
 
     @property
     def out_size(self) -> tuple[int, int]:
