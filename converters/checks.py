@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from PIL import Image
 
+from converters.headers import JPEG_SOI, PNG_SIGNATURE, BadHeader, jpeg_header, png_header
+
 # Pillow's own bomb limit is ~89 Mpx (warning) / ~179 Mpx (error); we refuse above this many pixels.
 DEFAULT_MAX_PIXELS = 178_956_970
 
@@ -29,32 +31,34 @@ class ImageHeader:
     height: int
 
 
+# Formats whose structure we walk ourselves: size and completeness in microseconds, no Pillow.
+_WALKERS = ((JPEG_SOI, "JPEG", jpeg_header), (PNG_SIGNATURE, "PNG", png_header))
+
+
 def check_image(data: bytes, *, decode: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageHeader:
     """Check that ``data`` is a whole image; raise InvalidFile naming what is wrong.
 
-    By default only the header and the end-of-stream marker are checked (fast: no pixel decode);
-    ``decode=True`` also decodes every pixel.
+    JPEG and PNG: the header and the file's structure up to its end marker are walked without
+    decoding pixels; other formats: Pillow reads the header. ``decode=True`` also decodes every pixel.
     """
     if not data:
         raise InvalidFile("empty file (0 bytes)")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data))
-            width, height = img.size
-            fmt = img.format or "unknown"
-    except Image.DecompressionBombError as exc:
-        raise InvalidFile(f"image too large, refused as a decompression bomb ({exc})") from None
-    except Exception as exc:  # Pillow raises many types for garbage input
-        raise InvalidFile(f"not a readable image ({_short(exc)})") from None
+    img = None
+    for magic, fmt, walk in _WALKERS:
+        if data.startswith(magic):
+            try:
+                size = walk(data)
+            except BadHeader as exc:
+                raise InvalidFile(str(exc)) from None
+            width, height = size.width, size.height
+            break
+    else:
+        img, fmt, width, height = _open(data)
     if width * height > max_pixels:
         raise InvalidFile(f"image too large: {width}x{height} = {width * height} pixels exceeds the "
                           f"limit of {max_pixels} (decompression bomb guard); pass --max-pixels to allow it")
-    if fmt == "JPEG" and b"\xff\xd9" not in data[-4096:]:
-        raise InvalidFile("truncated JPEG (no end-of-image marker)")
-    if fmt == "PNG" and b"IEND" not in data[-64:]:
-        raise InvalidFile("truncated PNG (no IEND chunk)")
     if decode:
+        img = img or _open(data)[0]
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -62,6 +66,20 @@ def check_image(data: bytes, *, decode: bool = False, max_pixels: int = DEFAULT_
         except Exception as exc:
             raise InvalidFile(f"image does not decode ({_short(exc)})") from None
     return ImageHeader(fmt, width, height)
+
+
+def _open(data: bytes) -> tuple[Image.Image, str, int, int]:
+    """Pillow's reading of the header, with its errors turned into InvalidFile reasons."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
+            width, height = img.size
+            return img, img.format or "unknown", width, height
+    except Image.DecompressionBombError as exc:
+        raise InvalidFile(f"image too large, refused as a decompression bomb ({exc})") from None
+    except Exception as exc:  # Pillow raises many types for garbage input
+        raise InvalidFile(f"not a readable image ({_short(exc)})") from None
 
 
 def _short(exc: Exception) -> str:

@@ -39,10 +39,10 @@ def _self_link(path: Path) -> None:
 # rel path of the bad entry, how to make it, the reason every message and report gives
 BAD: dict[str, tuple[str, Callable[[Path], None], str]] = {
     "zero-byte file": ("a/empty.jpg", lambda p: p.write_bytes(b""), "empty file (0 bytes)"),
-    "truncated JPEG": ("a/cut.jpg", _truncated_jpeg, "truncated JPEG (no end-of-image marker)"),
-    "truncated PNG": ("b/cut.png", _truncated_png, "truncated PNG (no IEND chunk)"),
+    "truncated JPEG": ("a/cut.jpg", _truncated_jpeg, "truncated JPEG (ends inside the image data, no end-of-image marker)"),
+    "truncated PNG": ("b/cut.png", _truncated_png, "truncated PNG (the 'IDAT' chunk runs past the end of the file, no IEND chunk)"),
     "JPEG cut inside its header": ("a/stub.jpg", lambda p: p.write_bytes(make_jpeg()[:300]),
-                                   "not a readable image (Truncated File Read)"),
+                                   "truncated JPEG (the segment at byte 210 runs past the end of the file)"),
     "non-image named .jpg": ("a/notes.jpg", lambda p: p.write_text("just some text\n" * 20),
                              "not a readable image (cannot identify image file)"),
     "dangling symlink": ("b/gone.jpg", lambda p: p.symlink_to("does-not-exist.jpg"),
