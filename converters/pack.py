@@ -67,8 +67,9 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
     exts = normalize_extensions(extensions)
     listing = list_source(src_path, layout=layout, extensions=exts, on_error=on_error)
     _check_out_location(src_path, listing.root, out_path)
-    _prepare_out(out_path, overwrite)
+    _prepare_out(out_path)
     with _PackLock(out_path):
+        _clear_finished(out_path, overwrite)  # under the lock: never delete what another pack writes
         # Read threads do not change what is written: a resume with other --workers keeps the shards.
         content = {k: v for k, v in options.items() if k != "workers"}
         plans = plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts})
@@ -111,18 +112,11 @@ def _check_out_location(src: Path, src_root: Path, out: Path) -> None:
         raise PackError(f"{out}: the source {src} is inside the output folder; choose another -o")
 
 
-def _prepare_out(out: Path, overwrite: bool) -> None:
-    """OUT must be new, empty, an unfinished pack (resumed), or a dataset with --overwrite."""
+def _prepare_out(out: Path) -> None:
+    """OUT must be new, empty, an unfinished pack (resumed) or a finished dataset; create it."""
     if out.exists() and not out.is_dir():
         raise PackError(f"{out}: exists and is not a folder; choose another -o")
-    if (out / MANIFEST_NAME).exists():
-        if not overwrite:
-            raise PackError(f"{out}: already holds a finished dataset; pass --overwrite to replace it")
-        os.unlink(out / MANIFEST_NAME)  # first: from here on it is an unfinished pack, never a dataset
-        for entry in out.iterdir():
-            if entry.name in (INDEX_DIR, PACK_STATE_DIR, SKIPPED_REPORT_NAME) or entry.name.startswith("shard-"):
-                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-    elif out.exists():
+    if out.exists() and not (out / MANIFEST_NAME).exists():
         # What an interrupted pack leaves (it may die after the skipped report, before the manifest).
         ours = (PACK_STATE_DIR, PACK_LOCK_NAME, INDEX_DIR, SKIPPED_REPORT_NAME, SKIPPED_REPORT_NAME + ".tmp",
                 MANIFEST_NAME + ".tmp", _WRITE_PROBE)
@@ -137,6 +131,18 @@ def _prepare_out(out: Path, overwrite: bool) -> None:
         probe.unlink()
     except OSError as exc:
         raise PackError(f"{out}: cannot write the output folder ({exc.strerror}); choose another -o") from None
+
+
+def _clear_finished(out: Path, overwrite: bool) -> None:
+    """A finished dataset at OUT is replaced only with ``overwrite``."""
+    if not (out / MANIFEST_NAME).exists():
+        return
+    if not overwrite:
+        raise PackError(f"{out}: already holds a finished dataset; pass --overwrite to replace it")
+    os.unlink(out / MANIFEST_NAME)  # first: from here on it is an unfinished pack, never a dataset
+    for entry in out.iterdir():
+        if entry.name in (INDEX_DIR, PACK_STATE_DIR, SKIPPED_REPORT_NAME) or entry.name.startswith("shard-"):
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
 
 
 class _PackLock:

@@ -251,6 +251,24 @@ def test_a_second_pack_into_a_locked_folder_refuses(cli, imagefolder, tmp_path):
     assert read_manifest(out).num_records == len(files)
 
 
+def test_overwrite_takes_the_lock_before_deleting_anything(cli, imagefolder, tmp_path):
+    src, files = imagefolder
+    out = tmp_path / "out"
+    assert cli("pack", src, "-o", out).rc == 0
+    before = sorted(p.name for p in out.iterdir())
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, out / ".pack.lock"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        result = cli("pack", src, "-o", out, "--overwrite")
+        assert result.rc == 2 and f"another pack (pid {holder.pid}) is writing here" in result.err
+        assert sorted(p.name for p in out.iterdir()) == before  # the finished dataset is untouched
+        assert run_fastload("verify", out).returncode == 0
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+
 @pytest.mark.slow
 def test_two_real_packs_at_once(cli, tmp_path):
     src, out = tmp_path / "src", tmp_path / "out"
