@@ -9,9 +9,8 @@ import resource
 import shutil
 import sys
 import time
-from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,10 +21,12 @@ import numpy as np
 
 from converters.checks import DEFAULT_MAX_PIXELS, InvalidFile, check_image
 from converters.plan import Journal, ShardPlan, plan_shards
+from converters.readahead import map_in_order, read_in_order
 from converters.reencode import reencode_jpeg
 from converters.report import PackReport, write_skipped_report
 from converters.sources import IMAGE_EXTENSIONS, Layout, Skip, SourceItem, list_source, normalize_extensions
 from converters.writers import WRITERS
+from converters.writers.behind import WriteBehind, WriteFailed
 from fastload.config import available_cpus, parse_size
 from fastload.errors import PackError, SourceError
 from fastload.format import (
@@ -35,6 +36,8 @@ from fastload.format import (
 )
 
 OnError = Literal["fail", "skip"]
+# Source bytes read ahead of the writer when files are decoded on a thread pool.
+_READ_AHEAD_BYTES = 64 * 2**20
 _WRITE_PROBE = ".pack.write-test"
 
 
@@ -178,6 +181,7 @@ class _Loaded:
     width: int = -1
     height: int = -1
     reason: str | None = None
+    checksum: int = 0
 
 
 class _Packer:
@@ -207,82 +211,89 @@ class _Packer:
             if extra.name not in names and extra.is_file():
                 extra.unlink()
         total = sum(max(self.items[i].size, 0) for p in todo for i in range(p.start, p.end))
+        indices = [i for plan in todo for i in range(plan.start, plan.end)]
+        behind = WriteBehind()
         with _progress_bar(total, self.progress) as bar, \
                 ThreadPoolExecutor(self.options["workers"], thread_name_prefix="fastload-pack") as pool:
-            loaded = self._read_ahead(pool, todo)
+            loaded = self._loaded(pool, indices)
             try:
                 for plan in todo:
-                    records[plan.number] = self._write_shard(plan, loaded, bar)
+                    records[plan.number] = self._write_shard(plan, loaded, behind, bar)
+                behind.close()
+            except WriteFailed as failed:
+                raise PackError(_write_error(self.out, failed.shard, failed.cause)) from None
             finally:
-                loaded.close()  # cancels reads still queued when a shard fails
+                behind.cancel()  # after a failure: the shard being written is removed
+                loaded.close()  # closes files read ahead and cancels queued work
         return [r for r in records if r is not None]
 
-    def _read_ahead(self, pool: ThreadPoolExecutor, todo: list[ShardPlan]) -> Iterator[_Loaded]:
-        """Results in item order, with a bounded number of reads in flight."""
-        window: deque[Future[_Loaded]] = deque()
-        limit = self.options["workers"] * 4
-        try:
-            for plan in todo:
-                for i in range(plan.start, plan.end):
-                    window.append(pool.submit(self._load, i))
-                    if len(window) >= limit:
-                        yield window.popleft().result()
-            while window:
-                yield window.popleft().result()
-        finally:
-            for future in window:
-                future.cancel()
+    def _loaded(self, pool: ThreadPoolExecutor, indices: list[int]) -> Iterator[_Loaded]:
+        """Every item read and examined, in order (see converters.readahead for the two ways)."""
+        workers = self.options["workers"]
+        if self.options["reencode"] or self.options["check"] == "decode":
+            yield from map_in_order(pool, self._load, indices, lambda i: max(self.items[i].size, 0),
+                                    max_items=workers * 8, max_weight=_READ_AHEAD_BYTES)
+            return
+        contents = read_in_order([self.items[i].path for i in indices], depth=workers * 8)
+        for index, data in zip(indices, contents):
+            yield self._examine(index, data)
 
     def _load(self, index: int) -> _Loaded:
-        item = self.items[index]
         try:
-            with open(item.path, "rb") as f:
-                data = f.read()
+            with open(self.items[index].path, "rb") as f:
+                data: bytes | OSError = f.read()
         except OSError as exc:
-            return _Loaded(index, None, reason=f"unreadable file ({exc.strerror or exc})")
-        if not item.rel.lower().endswith(IMAGE_EXTENSIONS):
-            return _Loaded(index, data)
+            data = exc
+        return self._examine(index, data)
+
+    def _examine(self, index: int, data: bytes | OSError) -> _Loaded:
+        """Check (and re-encode) one file's bytes; a reason instead of bytes when it cannot be packed."""
+        if isinstance(data, OSError):
+            return _Loaded(index, None, reason=f"unreadable file ({data.strerror or data})")
+        if not self.items[index].rel.lower().endswith(IMAGE_EXTENSIONS):
+            return _Loaded(index, data, checksum=record_checksum(data))
         try:
             header = check_image(data, decode=self.options["check"] == "decode",
                                  max_pixels=self.options["max_pixels"])
+            width, height = header.width, header.height
             if self.options["reencode"]:
-                data, w, h = reencode_jpeg(data, **self.options["reencode"])
-                return _Loaded(index, data, w, h)
+                data, width, height = reencode_jpeg(data, **self.options["reencode"])
         except InvalidFile as exc:
             return _Loaded(index, None, reason=exc.reason)
-        return _Loaded(index, data, header.width, header.height)
+        return _Loaded(index, data, width, height, checksum=record_checksum(data))
 
-    def _write_shard(self, plan: ShardPlan, loaded: Iterator[_Loaded], bar: Any) -> dict[str, Any]:
+    def _write_shard(self, plan: ShardPlan, loaded: Iterator[_Loaded], behind: WriteBehind,
+                     bar: Any) -> dict[str, Any]:
+        """Hand one shard's payloads to the writer thread; the record is complete once it is done."""
         name = shard_name(self.storage, plan.number)
         final, tmp = self.out / name, self.out / (name + ".tmp")
         planned = sum(max(self.items[i].size, 0) for i in range(plan.start, plan.end))
         record: dict[str, Any] = {"digest": plan.digest, "file": name, "items": [], "sizes": [],
                                   "offsets": [], "checksums": [], "widths": [], "heights": [], "skips": []}
-        writer = None
-        try:
-            writer = WRITERS[self.storage](tmp, planned)
-            for _ in range(plan.start, plan.end):
-                got = next(loaded)
-                bar.update(max(self.items[got.index].size, 0))
-                if got.data is None:
-                    self._skip(got, record)
-                    continue
-                record["offsets"].append(writer.append(got.data))
-                record["items"].append(got.index)
-                record["sizes"].append(len(got.data))
-                record["checksums"].append(record_checksum(got.data))
-                record["widths"].append(got.width)
-                record["heights"].append(got.height)
-            record["bytes"], record["data_offset"] = writer.finish()
-            writer = None
+
+        def done(file_bytes: int, data_offset: int) -> None:
+            record["bytes"], record["data_offset"] = file_bytes, data_offset
             os.replace(tmp, final)
             self.journal.save(plan.number, record)  # after the rename: a journal entry means done
-        except (OSError, lmdb.Error) as exc:
-            raise PackError(_write_error(self.out, name, exc)) from None
-        finally:
-            if writer is not None:
-                writer.abort()
-                tmp.unlink(missing_ok=True)
+
+        behind.start_shard(name, lambda: WRITERS[self.storage](tmp, planned), done,
+                           lambda: tmp.unlink(missing_ok=True))
+        offset = 0  # writers store payloads back to back: offsets are known before they are written
+        for _ in range(plan.start, plan.end):
+            got = next(loaded)
+            bar.update(max(self.items[got.index].size, 0))
+            if got.data is None:
+                self._skip(got, record)
+                continue
+            behind.append(got.data)
+            record["offsets"].append(offset)
+            record["items"].append(got.index)
+            record["sizes"].append(len(got.data))
+            record["checksums"].append(got.checksum)
+            record["widths"].append(got.width)
+            record["heights"].append(got.height)
+            offset += len(got.data)
+        behind.end_shard()
         return record
 
     def _skip(self, got: _Loaded, record: dict[str, Any]) -> None:

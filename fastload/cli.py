@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", help="output dataset folder (default: SRC.fl next to SRC)")
     p.add_argument("--format", choices=["lmdb", "hdf5"], default="lmdb", help="shard storage (default lmdb)")
     p.add_argument("--shard-size", default="256MB", help="target shard size, e.g. 256MB, 1GiB (default 256MB)")
-    p.add_argument("--workers", type=int, default=None, help="parallel file reads (default 4 per core, 4..16)")
+    p.add_argument("--workers", type=int, default=None, help="parallel reads: 8×N files read ahead, N decode threads (default 4 per core, 4..16)")
     p.add_argument("--extensions", nargs="+", default=None, metavar="EXT",
                    help="file extensions to pack (default: common image extensions)")
     p.add_argument("--on-error", choices=["fail", "skip"], default="fail",
