@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import struct
+import threading
 import zlib
 
 import numpy as np
+import torch
 from PIL import Image
 
 from fastload.errors import CorruptRecordError
@@ -183,6 +185,9 @@ def decode_crop(
     # Clamp for float round-off at the right and bottom edges.
     x1 = min(float(img.width), (left + box_w) / scale)
     y1 = min(float(img.height), (top + box_h) / scale)
+    if (plan.crop_first and reducing_gap is None and all(float(v).is_integer() for v in (x0, y0, x1, y1))
+            and _torch_on_one_core()):
+        return _resize_whole_pixels(img, (int(x0), int(y0), int(x1), int(y1)), plan, out)
     img = img.resize((out_w, out_h), Image.BILINEAR, box=(x0, y0, x1, y1),
                      reducing_gap=reducing_gap)
     if plan.flip:
@@ -191,4 +196,50 @@ def decode_crop(
     if out is None:
         return pixels
     np.copyto(out, pixels)
+    return out
+
+
+_decode_thread = threading.local()
+
+
+def _torch_on_one_core() -> bool:
+    """Whether torch kernels called from this thread run on one core.
+
+    Decode threads run side by side, one image each; a torch kernel that fans out over every
+    core from each of them burns twice the CPU for the same wall time (measured). fastload's
+    decode and prefetch threads set one intra-op thread for themselves (torch then also uses
+    it as the default for threads started later); the main thread is the user's, and is left
+    as it is: there, the torch resize is used only when it is already single-threaded (as in
+    DataLoader worker processes).
+    """
+    if threading.current_thread() is threading.main_thread():
+        return torch.get_num_threads() == 1
+    if not getattr(_decode_thread, "single", False):
+        torch.set_num_threads(1)
+        _decode_thread.single = True
+    return True
+
+
+def _resize_whole_pixels(img: Image.Image, box: tuple[int, int, int, int], plan: CropPlan,
+                         out: np.ndarray | None) -> np.ndarray:
+    """Crop a whole-pixel box and resize it with torch's uint8 antialiased bilinear kernel.
+
+    Measured on ~450 px photos cropped to 224 (one core): 0.22 ms against 0.73 ms for Pillow's
+    resize; inside the crop the pixels agree within 2 levels (mean difference 0.018), and the
+    edge rows now see only the crop, as torchvision's ``resized_crop``. Train crops are whole
+    pixels (as torchvision draws them) unless a reduced-scale decode divided them; fractional
+    boxes, and eval plans, keep Pillow's ``resize(box=)``.
+    """
+    out_h, out_w = plan.out_size
+    region = torch.from_numpy(np.array(img.crop(box)))  # writable H × W (× 3) copy
+    chw = region.unsqueeze(0) if region.ndim == 2 else region.permute(2, 0, 1)
+    if chw.shape[1:] != (out_h, out_w):
+        chw = torch.nn.functional.interpolate(chw.unsqueeze(0), size=(out_h, out_w), mode="bilinear",
+                                              antialias=True, align_corners=False)[0]
+    if plan.flip:
+        chw = chw.flip(-1)
+    hwc = chw.permute(1, 2, 0).expand(out_h, out_w, 3)  # grey: one channel read three times
+    if out is None:
+        return hwc.contiguous().numpy()
+    torch.from_numpy(out).copy_(hwc)
     return out

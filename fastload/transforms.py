@@ -19,11 +19,15 @@ class CropPlan:
         box: ``(left, top, width, height)`` in the original image's pixels (may be fractional).
         out_size: ``(height, width)`` of the output, torch order.
         flip: Mirror left to right after resizing.
+        crop_first: Cut the box out, then resize it, as torchvision's ``resized_crop`` does
+            (RandomResizedCrop); False resizes the box in place, its edge rows filtered with
+            the pixels around it, as ``Resize`` then ``CenterCrop`` does (eval).
     """
 
     box: Box
     out_size: tuple[int, int]
     flip: bool = False
+    crop_first: bool = False
 
 
 def _out_size(image_size: int | tuple[int, int]) -> tuple[int, int]:
@@ -158,7 +162,7 @@ class TrainCrop:
         """A plan for one image of ``width`` × ``height``; draws crop first, then flip."""
         box = random_resized_crop_box(width, height, rng, scale=self.scale, ratio=self.ratio)
         flip = bool(rng.random() < self.flip_prob)
-        return CropPlan(box=box, out_size=_out_size(self.image_size), flip=flip)
+        return CropPlan(box=box, out_size=_out_size(self.image_size), flip=flip, crop_first=True)
 
 
 @dataclass(frozen=True)
