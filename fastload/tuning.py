@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -162,7 +163,19 @@ def tune(dataset: Dataset, *, batch_size: int, batches: int = 6, candidates: lis
 
 
 def _measure(loader: Any, batches: int) -> float:
-    it = iter(loader)
+    """Samples/s over ``batches`` batches after one warm-up batch; epochs repeat when the
+    dataset is shorter (0.0 only for a loader that yields nothing)."""
+
+    def endless() -> Iterator[Any]:
+        while True:
+            empty = True
+            for batch in loader:
+                empty = False
+                yield batch
+            if empty:
+                return
+
+    it = endless()
     try:
         next(it)  # warm-up: worker start, page cache, thread pools
         count, started = 0, time.perf_counter()
@@ -173,7 +186,7 @@ def _measure(loader: Any, batches: int) -> float:
     except StopIteration:
         return 0.0
     finally:
-        del it
+        it.close()
 
 
 def batch_size_of(batch: Any) -> int:

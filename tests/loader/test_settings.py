@@ -189,3 +189,12 @@ def test_tune_with_given_candidates():
     entries = best.reasons["tune"].split(": ", 1)[1].split("; ")
     assert [e.split(":")[0] for e in entries] == ["main/0w/pfNone", "processes/1w/pf2"]
     assert best.num_workers in (0, 1)
+
+
+def test_tune_measures_datasets_shorter_than_its_batches():
+    # 10 samples in batches of 4: 3 batches per epoch, fewer than warm-up + 6 measured.
+    best = fastload.tune(Numbers(10), batch_size=4, batches=6,
+                         candidates=[{"num_workers": 0}, {"num_workers": 1}])
+    rates = [float(e.rsplit(": ", 1)[1].removesuffix("/s"))
+             for e in best.reasons["tune"].split(": ", 1)[1].split("; ")]
+    assert len(rates) == 2 and all(r > 0 for r in rates)
