@@ -78,7 +78,10 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
         plans = plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts})
         writer = _Packer(listing.items, out_path, format, options, progress)
         shard_records = writer.run(plans)
-        report = _finalize(out_path, format, listing, plans, shard_records, options, exts)
+        try:
+            report = _finalize(out_path, format, listing, plans, shard_records, options, exts)
+        except OSError as exc:  # the finished shards stay: the same command resumes from them
+            raise PackError(_write_error(out_path, "the index and manifest", exc)) from None
     report.resumed_shards = writer.resumed
     report.elapsed_s = time.perf_counter() - started
     return report

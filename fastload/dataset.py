@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch.utils.data
 
-from fastload.collate import collate_images
+from fastload.collate import ImageBatch, SkipCountedList
 from fastload.config import available_cpus
-from fastload.decode import decode_rgb
+from fastload.decode import MAX_PIXELS, decode_rgb
 from fastload.epoch_sampler import SampleKey
+from fastload.errors import CorruptRecordError, ManifestError, SkippedRecordWarning
 from fastload.format import Manifest, RecordIndex, read_manifest
 from fastload.pipeline import ImagePipeline, ThreadDecoder, decode_batch
 from fastload.readers import READERS, ShardReader
@@ -32,6 +34,17 @@ class PackedDataset(torch.utils.data.Dataset):
         resize_ratio: eval crop side over resized shorter side (224/256 = 0.875).
         decode_threads: threads decoding a batch in ``__getitems__``; None: every core in the main
             process, one inside a DataLoader worker process.
+        on_error: what a damaged record does (checksum mismatch, or bytes that do not decode: a
+            :class:`~fastload.errors.CorruptRecordError` naming shard, record and source path).
+            ``"raise"``: the read fails. ``"skip"``: a batch read (``__getitems__``, which
+            torch's and fastload's loaders use) leaves the record out, so the batch is smaller
+            (empty when every record in it is damaged; the number of batches never changes);
+            the record is counted in ``loader.stats()["skipped"]`` (also from worker processes)
+            and the first one of each shard is warned about (``SkippedRecordWarning``, once per
+            shard in each process that reads). ``ds[i]`` raises either way: one sample has no
+            sound stand-in. Dataset-level damage (a missing or resized shard) always raises.
+        max_pixels: refuse images larger than this before decoding them (decompression bombs),
+            with a CorruptRecordError; ``fastload pack --max-pixels`` is the pack-time twin.
 
     Without ``image_size``, ``ds[i]`` is ``(PIL.Image in RGB, label)`` (``(bytes, label)`` when the
     packed files are not all images); with it, ``(uint8 tensor, label)``, and ``__getitems__``
@@ -45,7 +58,16 @@ class PackedDataset(torch.utils.data.Dataset):
                  target_transform: Callable[[int], Any] | None = None, *,
                  image_size: int | tuple[int, int] | None = None, train: bool = True,
                  scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
-                 resize_ratio: float = 0.875, decode_threads: int | None = None) -> None:
+                 resize_ratio: float = 0.875, decode_threads: int | None = None,
+                 on_error: Literal["raise", "skip"] = "raise", max_pixels: int = MAX_PIXELS) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error={on_error!r}: must be 'raise' or 'skip'")
+        if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < 1:
+            raise ValueError(f"max_pixels={max_pixels!r}: must be a positive integer")
+        self.on_error = on_error
+        self.max_pixels = max_pixels
+        self.skipped = 0  # records skipped in this process (each worker counts its own)
+        self._warned_shards: set[int] = set()
         self.root = Path(path)
         self.transform = transform
         self.target_transform = target_transform
@@ -67,6 +89,21 @@ class PackedDataset(torch.utils.data.Dataset):
         self.manifest: Manifest = read_manifest(self.root)
         self.index = RecordIndex(self.root, self.manifest)
         self.reader: ShardReader = READERS[self.manifest.storage](self.root, self.manifest, self.index)
+        self._check_shard_files()
+
+    def _check_shard_files(self) -> None:
+        """A missing, truncated or extended shard is refused at open, not at its first read."""
+        for info in self.manifest.shards:
+            path = self.root / info.file
+            try:
+                size = os.stat(path).st_size
+            except OSError as exc:
+                raise ManifestError(f"{path}: shard file cannot be opened ({exc.strerror}); the dataset "
+                                    "is incomplete, re-pack it with `fastload pack`") from None
+            if size != info.bytes:
+                raise ManifestError(f"{path}: {size} bytes on disk, the manifest says {info.bytes} "
+                                    f"(truncated or replaced); run `fastload verify {self.root}` and "
+                                    "re-pack the dataset")
 
     def __getstate__(self) -> dict[str, Any]:
         # Spawned workers re-open from the directory instead of receiving pickled arrays.
@@ -125,43 +162,113 @@ class PackedDataset(torch.utils.data.Dataset):
         return self._check(key), 0, seed
 
     def __getitem__(self, key: int | SampleKey) -> tuple[Any, Any]:
+        """One sample; a damaged record raises CorruptRecordError whatever ``on_error`` says."""
+        parsed = self._key(key)
         if self.pipeline is not None:
-            images, labels = collate_images(self.__getitems__([key]))
-            label: Any = int(labels[0])
-            return images[0], (self.target_transform(label) if self.target_transform else label)
-        i = self._key(key)[0]
-        image = self.payload(i, self.reader.read(i))
-        label = int(self.index.label[i])
-        if self.transform is not None:
-            image = self.transform(image)
-        if self.target_transform is not None:
-            label = self.target_transform(label)
-        return image, label
+            image, label = self._read_batch([parsed], None)[0]  # target_transform applied once
+            return image, label
+        i = parsed[0]
+        return self._finish(i, self.payload(i, self.reader.read(i)))
 
     def __getitems__(self, keys: list[int | SampleKey]) -> list[Any]:
         """A whole batch: one read pass, one decode pass (threads), one preallocated tensor.
 
-        torch's DataLoader calls this instead of ``__getitem__`` once per sample.
+        torch's DataLoader calls this instead of ``__getitem__`` once per sample. With
+        ``on_error="skip"``, damaged records are left out and the list says how many
+        (``.skipped``), for the collate function to pass on to the loader's stats.
         """
         parsed = [self._key(k) for k in keys]
+        if self.on_error == "raise":
+            return self._read_batch(parsed, None)
+        failed: dict[int, CorruptRecordError] = {}
+        batch = self._read_batch(parsed, failed)
+        skipped = len(parsed) - len(batch)  # not len(failed): a batch may hold a record twice
+        self._count_skips(failed, skipped)
+        if isinstance(batch, ImageBatch):
+            batch.skipped = skipped
+            return batch
+        return SkipCountedList(batch, skipped)
+
+    def _read_batch(self, parsed: list[tuple[int, int, int]],
+                    failed: dict[int, CorruptRecordError] | None) -> list[Any]:
+        """Read, decode and transform records ``parsed``; with a ``failed`` dict, damaged records
+        are left out and their errors put there (keyed by record index)."""
         indices = [p[0] for p in parsed]
-        payloads = self.reader.read_many(indices)
+        if failed is None:
+            payloads = self.reader.read_many(indices)
+        else:
+            payloads = self._read_skipping(indices, failed)
+            if failed:  # drop the unreadable records before decoding
+                parsed = [p for p in parsed if p[0] not in failed]
+                indices = [p[0] for p in parsed]
+                payloads = [data for data in payloads if data is not None]
         if self.pipeline is None:
-            return [self._finish(i, self.payload(i, data)) for i, data in zip(indices, payloads)]
+            samples = []
+            for i, data in zip(indices, payloads):
+                try:
+                    image = self.payload(i, data)
+                except CorruptRecordError as exc:
+                    if failed is None:
+                        raise
+                    failed[i] = exc
+                    continue
+                samples.append(self._finish(i, image))
+            return samples
+        undecoded: dict[int, CorruptRecordError] | None = None if failed is None else {}
         batch = decode_batch(self.pipeline, payloads, parsed, self.index.width[indices],
                              self.index.height[indices], self.index.label[indices],
-                             self.decoder, self.reader.where)
+                             self.decoder, self.reader.where, max_pixels=self.max_pixels,
+                             failed=undecoded)
+        if failed is not None and undecoded:
+            failed.update((indices[k], exc) for k, exc in undecoded.items())
+            indices = [i for k, i in enumerate(indices) if k not in undecoded]
         if self.target_transform is not None:
-            return [(image, self.target_transform(label)) for image, label in batch]
+            return [(image, self._target(i, label)) for i, (image, label) in zip(indices, batch)]
         return batch
 
+    def _read_skipping(self, indices: list[int], failed: dict[int, CorruptRecordError]) -> list[Any]:
+        """Payloads of ``indices``, None (and an entry in ``failed``) for each damaged record."""
+        try:
+            return list(self.reader.read_many(indices))
+        except CorruptRecordError:
+            pass  # find which records are damaged: one read each
+        payloads: list[Any] = []
+        for i in indices:
+            try:
+                payloads.append(self.reader.read(i))
+            except CorruptRecordError as exc:
+                failed[i] = exc
+                payloads.append(None)
+        return payloads
+
+    def _count_skips(self, failed: dict[int, CorruptRecordError], skipped: int) -> None:
+        """Count every skipped record; warn about the first one of each shard."""
+        self.skipped += skipped
+        for i, exc in failed.items():
+            shard = int(self.index.shard[i])
+            if shard not in self._warned_shards:
+                self._warned_shards.add(shard)
+                warnings.warn(f"{exc} [skipped: on_error='skip'; other damaged records of "
+                              f"{self.manifest.shards[shard].file} are skipped without a warning and "
+                              "counted in loader.stats()['skipped']]", SkippedRecordWarning, stacklevel=2)
+
     def _finish(self, i: int, image: Any) -> tuple[Any, Any]:
-        label: Any = int(self.index.label[i])
         if self.transform is not None:
-            image = self.transform(image)
-        if self.target_transform is not None:
-            label = self.target_transform(label)
-        return image, label
+            try:
+                image = self.transform(image)
+            except Exception as exc:
+                exc.add_note(f"fastload: raised by transform on {self.reader.where(i)}")
+                raise
+        return image, self._target(i, int(self.index.label[i]))
+
+    def _target(self, i: int, label: int) -> Any:
+        if self.target_transform is None:
+            return label
+        try:
+            return self.target_transform(label)
+        except Exception as exc:
+            exc.add_note(f"fastload: raised by target_transform on {self.reader.where(i)}")
+            raise
 
     @property
     def decoder(self) -> ThreadDecoder:
@@ -179,7 +286,7 @@ class PackedDataset(torch.utils.data.Dataset):
 
     def load_image(self, i: int, data: bytes) -> Any:
         """Full decode to an RGB PIL image; damage raises CorruptRecordError naming the record."""
-        return decode_rgb(data, where=self.reader.where(i))
+        return decode_rgb(data, where=self.reader.where(i), max_pixels=self.max_pixels)
 
     def __repr__(self) -> str:
         return (f"PackedDataset({str(self.root)!r}, records={len(self)}, classes={len(self.classes)}, "

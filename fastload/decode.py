@@ -175,12 +175,19 @@ def decode_crop(
             f"got {out.dtype} {tuple(out.shape)}"
         )
     img = _open(data, where, max_pixels)
+    left, top, box_w, box_h = plan.box
+    if left < 0 or top < 0 or left + box_w > img.width + 1 or top + box_h > img.height + 1:
+        # The plan came from the index's width and height: they do not describe these bytes.
+        raise CorruptRecordError(
+            f"{_subject(where, data)}: the {img.format or 'image'} is {img.width}x{img.height}, too "
+            f"small for the crop box {tuple(round(v, 1) for v in plan.box)} planned from the size in "
+            "the index; the index does not match the record, re-pack the dataset"
+        )
     scale = _reduced(img, draft_scale(plan.box, plan.out_size)) if draft else 1
     _load(img, data, where)
     # Now decoded at 1/scale: original pixel x lies at x / scale.
     if img.mode not in ("RGB", "L"):
         img = _to_rgb(img, data, where)
-    left, top, box_w, box_h = plan.box
     x0, y0 = max(0.0, left / scale), max(0.0, top / scale)
     # Clamp for float round-off at the right and bottom edges.
     x1 = min(float(img.width), (left + box_w) / scale)

@@ -33,3 +33,7 @@ class PackError(FastloadError, RuntimeError):
 
 class MissingDependencyError(FastloadError, ImportError):
     """An optional dependency is not installed."""
+
+
+class SkippedRecordWarning(UserWarning):
+    """A damaged record was dropped from its batch by ``on_error="skip"`` (said once per shard)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
@@ -12,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.utils.data
 
-from fastload.collate import collate_images
+from fastload.collate import collate_images, keep_skips, skipped_in
 from fastload.epoch_sampler import EpochSampler
 from fastload.prefetch import ThreadPrefetcher
 from fastload.stats import LoaderStats
@@ -73,10 +74,12 @@ class DataLoader(torch.utils.data.DataLoader):
             shuffle = None
         self.settings: LoaderSettings = resolve_settings(
             dataset, batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
-            pin_memory=pin_memory, device=self._device)
+            pin_memory=pin_memory, device=self._device, timeout=timeout)
         batching = batch_size is not None or batch_sampler is not None
         if collate_fn is None and batching and uses_builtin_pipeline(dataset):
             collate_fn = collate_images  # unbatched, torch converts each sample: keep its default
+        if batching and getattr(dataset, "on_error", None) == "skip":
+            collate_fn = keep_skips(collate_fn)  # each batch carries its skip count to stats()
         self._stats = LoaderStats()
         self._progress: dict[str, Any] = {}
         super().__init__(dataset, batch_size, shuffle, sampler, batch_sampler, self.settings.num_workers,
@@ -100,12 +103,15 @@ class DataLoader(torch.utils.data.DataLoader):
             progress.update(epoch=epoch, start=start, share=sampler.share(epoch))
         self._progress = progress
         source: Iterator[Any] = super().__iter__()
+        if self.num_workers > 0:
+            source = _named_worker_deaths(source)
         if self.settings.mode == "threads":
             source = ThreadPrefetcher(source, self.settings.prefetch_batches)
         return self._deliver(source, progress)
 
     def _deliver(self, source: Iterator[Any], progress: dict[str, Any]) -> Iterator[Any]:
-        batches = to_device(source, self._device, self._normalizer)
+        skips: deque[int] = deque()  # records on_error="skip" left out of each batch, in order
+        batches = to_device(_noting_skips(source, skips), self._device, self._normalizer)
         sizes = getattr(getattr(self.dataset, "index", None), "size", None)
         try:
             while True:
@@ -115,13 +121,14 @@ class DataLoader(torch.utils.data.DataLoader):
                 except StopIteration:
                     return
                 waited = time.perf_counter() - started
-                n = batch_size_of(batch)
+                skipped = skips.popleft()
+                n = 0 if skipped and isinstance(batch, (list, tuple)) and not batch else batch_size_of(batch)
                 nbytes = 0
                 if sizes is not None and "share" in progress:
                     at = progress["start"] + progress["delivered"]
-                    nbytes = int(np.asarray(sizes)[progress["share"][at:at + n]].sum())
-                progress["delivered"] += n
-                self._stats.record(n, nbytes, waited)
+                    nbytes = int(np.asarray(sizes)[progress["share"][at:at + n + skipped]].sum())
+                progress["delivered"] += n + skipped  # skipped samples were consumed too: resume past them
+                self._stats.record(n, nbytes, waited, skipped)
                 yield batch
         finally:
             if isinstance(source, ThreadPrefetcher):
@@ -175,8 +182,37 @@ class DataLoader(torch.utils.data.DataLoader):
         return sampler
 
     def stats(self) -> dict[str, float]:
-        """samples/s, MB/s of payload, and the fraction of wall time the loop waited for data."""
+        """samples/s, MB/s of payload, the fraction of wall time the loop waited for data, and
+        ``skipped``: records an ``on_error="skip"`` dataset left out of the delivered batches."""
         return self._stats.as_dict()
+
+
+def _named_worker_deaths(batches: Iterator[Any]) -> Iterator[Any]:
+    """Worker processes' batches, with a worker that died while handing one over named as such.
+
+    torch reports most worker deaths itself; one killed mid-hand-over surfaces as a bare EOFError
+    or ConnectionResetError from its result queue. A worker's own exception of those types is
+    re-raised by torch with a message that starts with "Caught", and passes through unchanged.
+    """
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (EOFError, ConnectionError) as exc:
+            if str(exc).startswith("Caught "):
+                raise
+            raise RuntimeError(f"DataLoader worker exited unexpectedly while handing over a batch "
+                               f"({type(exc).__name__}: {exc or 'connection closed'}); it was killed "
+                               "(out of memory? see dmesg) or crashed") from exc
+        yield batch
+
+
+def _noting_skips(batches: Iterator[Any], skips: deque[int]) -> Iterator[Any]:
+    """Pass batches through, noting each one's on_error="skip" count before transfer drops it."""
+    for batch in batches:
+        skips.append(skipped_in(batch) or 0)
+        yield batch
 
 
 def _rebuilt_arguments(dataset: Any, batch_size: int | None, shuffle: bool | None, sampler: Any,

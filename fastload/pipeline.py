@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from fastload.collate import ImageBatch, new_image_batch
-from fastload.decode import decode_crop, image_size
+from fastload.decode import MAX_PIXELS, decode_crop, image_size
+from fastload.errors import CorruptRecordError
 from fastload.sampling import sample_rng
 from fastload.transforms import CropPlan, EvalCrop, TrainCrop
 
@@ -76,19 +77,37 @@ class ThreadDecoder:
 
 def decode_batch(pipeline: ImagePipeline, payloads: list[bytes], keys: list[tuple[int, int, int]],
                  widths: np.ndarray, heights: np.ndarray, labels: np.ndarray,
-                 decoder: ThreadDecoder, where: Any) -> ImageBatch:
-    """Decode ``payloads`` (records ``keys``) into one preallocated ``N×3×H×W`` uint8 batch."""
+                 decoder: ThreadDecoder, where: Any, *, max_pixels: int = MAX_PIXELS,
+                 failed: dict[int, CorruptRecordError] | None = None) -> ImageBatch:
+    """Decode ``payloads`` (records ``keys``) into one preallocated ``N×3×H×W`` uint8 batch.
+
+    A record that does not decode raises CorruptRecordError naming it; with a ``failed`` dict,
+    its error is put there under its position in ``payloads`` and the batch holds the others.
+    """
     out_h, out_w = pipeline.out_size
     images = new_image_batch(len(payloads), out_h, out_w)
 
     def one(k: int) -> None:
         index, epoch, seed = keys[k]
         width, height = int(widths[k]), int(heights[k])
-        if width < 0:  # not measured at pack time: read the header
-            width, height = image_size(payloads[k], where=where(index))
-        plan = pipeline.plan(index, epoch, seed, width, height)
-        # An HWC view of this sample's CHW slot: the decoder writes pixels straight into the batch.
-        decode_crop(payloads[k], plan, out=images[k].permute(1, 2, 0).numpy(), where=where(index))
+        try:
+            if width < 0:  # not measured at pack time: read the header
+                width, height = image_size(payloads[k], where=where(index), max_pixels=max_pixels)
+            plan = pipeline.plan(index, epoch, seed, width, height)
+            # An HWC view of this sample's CHW slot: the decoder writes pixels straight into the batch.
+            decode_crop(payloads[k], plan, out=images[k].permute(1, 2, 0).numpy(), where=where(index),
+                        max_pixels=max_pixels)
+        except CorruptRecordError as exc:
+            if failed is None:
+                raise
+            failed[k] = exc  # one key per thread: dict item assignment is atomic
 
     decoder.map(one, len(payloads))
-    return ImageBatch(images, torch.as_tensor(labels, dtype=torch.int64))
+    labels_t = torch.as_tensor(labels, dtype=torch.int64)
+    if failed:
+        # The decoded samples, packed into a batch of their own (in shared memory in a worker).
+        keep = torch.tensor([k for k in range(len(payloads)) if k not in failed], dtype=torch.int64)
+        kept = new_image_batch(len(keep), out_h, out_w)
+        torch.index_select(images, 0, keep, out=kept)
+        images, labels_t = kept, labels_t[keep]
+    return ImageBatch(images, labels_t)

@@ -46,7 +46,17 @@ class ThreadPrefetcher:
         return self
 
     def __next__(self) -> Any:
-        ok, item = self._queue.get()
+        while True:
+            try:
+                ok, item = self._queue.get(timeout=0.1)
+                break
+            except queue.Empty:
+                # Never wait on a thread that will send nothing more (a silent end would hide lost data).
+                if self._stop.is_set():
+                    raise StopIteration from None  # closed: the iteration was given up
+                if not self._thread.is_alive() and self._queue.empty():
+                    raise RuntimeError("fastload: the prefetch thread ended without delivering its "
+                                       "end of data or an error; the iteration is incomplete") from None
         if not ok:
             self.close()
             raise item

@@ -16,16 +16,17 @@ class LoaderStats:
     wait_s: float = 0.0  # time the loop spent inside next(), waiting for a batch
     started: float | None = None
     last: float | None = None
-    skipped: int = 0  # records skipped by on_error="skip"
+    skipped: int = 0  # records on_error="skip" left out of the delivered batches
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
 
-    def record(self, samples: int, nbytes: int, waited: float) -> None:
+    def record(self, samples: int, nbytes: int, waited: float, skipped: int = 0) -> None:
         now = time.perf_counter()
         if self.started is None:
             self.started = now - waited
         self.samples += samples
+        self.skipped += skipped
         self.batches += 1
         self.bytes += nbytes
         self.wait_s += waited

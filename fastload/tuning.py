@@ -89,7 +89,7 @@ def sample_cost(dataset: Dataset, batch_size: int, budget_s: float = 0.2) -> flo
 
 def resolve_settings(dataset: Dataset, *, batch_size: int | None, num_workers: int | str,
                      prefetch_factor: int | None | str, pin_memory: bool | str,
-                     device: torch.device | None) -> LoaderSettings:
+                     device: torch.device | None, timeout: float = 0) -> LoaderSettings:
     """Every "auto" argument resolved here and nowhere else; explicit values are kept as given."""
     reasons: dict[str, str] = {}
     cores = available_cpus()
@@ -102,9 +102,17 @@ def resolve_settings(dataset: Dataset, *, batch_size: int | None, num_workers: i
         mode = "processes" if workers else "main"
         reasons["num_workers"] = "given"
     elif isinstance(dataset, IterableDataset):
+        if timeout > 0:
+            raise ValueError(f"timeout={timeout} needs worker processes, and num_workers='auto' keeps an "
+                             "IterableDataset in the main process (workers would duplicate it unless it "
+                             "splits itself by get_worker_info()); pass num_workers yourself, or timeout=0")
         workers, mode = 0, "main"
         reasons["num_workers"] = ("0: an IterableDataset that does not split itself by "
                                   "get_worker_info() would be duplicated by workers; set it yourself")
+    elif timeout > 0:
+        workers, mode = min(cores, 8), "processes"
+        reasons["num_workers"] = (f"{workers}: one per available core ({cores}); timeout={timeout} "
+                                  "was given, and only worker processes can time out")
     elif uses_builtin_pipeline(dataset):
         workers, mode = 0, "threads"
         reasons["num_workers"] = (f"0 worker processes: {cores} cores decode each batch in threads "

@@ -26,9 +26,11 @@ class HDF5Reader(ShardReader):
         try:
             with h5py.File(path, "r") as f:
                 dset = f[HDF5_DATA]
+                if not isinstance(dset, h5py.Dataset) or dset.ndim != 1:  # a damaged header
+                    raise ValueError(f"{HDF5_DATA!r} is a {type(dset).__name__}, not a 1-D dataset")
                 offset = dset.id.get_offset()
                 ok = dset.dtype == "uint8" and dset.chunks is None and dset.shape[0] >= info.data_bytes
-        except (OSError, KeyError, ValueError) as exc:
+        except (OSError, KeyError, ValueError, RuntimeError, TypeError) as exc:  # what h5py raises
             raise ManifestError(f"{path}: not a readable fastload HDF5 shard ({exc}); re-pack the dataset") from None
         if not ok or offset != info.data_offset:
             raise ManifestError(f"{path}: the payload dataset is not where the manifest says "

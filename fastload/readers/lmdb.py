@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,6 +62,13 @@ class LMDBReader(ShardReader):
 # py-lmdb refuses to open a file that is already open in the process, so every reader of a shard
 # file (two datasets over one directory, a dataset and ``verify``) shares one environment; it
 # closes when the last reader drops it.
+#
+# A forked child (a DataLoader worker) keeps using the environments it inherited. They are
+# read-only and opened with lock=False: no lock file and no reader table, whose per-process slots
+# are what breaks LMDB handles across fork (MDB_BAD_RSLOT); what is left is a file mapping and a
+# descriptor read with pread, both valid in the child. Closing them in the child instead can hang
+# it for good inside py-lmdb's close (seen after the parent's decode threads had read the shard),
+# and a child cannot open a second environment on the same file.
 _open_envs: weakref.WeakValueDictionary[tuple[int, int], lmdb.Environment] = weakref.WeakValueDictionary()
 _open_lock = threading.Lock()
 
@@ -69,24 +77,34 @@ def _open_env(path: Path, key: tuple[int, int]) -> lmdb.Environment:
     with _open_lock:
         env = _open_envs.get(key)
         if env is None:
-            try:
-                # lock=False: read-only data never changes; readahead=False: random access on big sets.
-                env = lmdb.open(str(path), subdir=False, readonly=True, lock=False, readahead=False,
-                                max_readers=1024, max_dbs=0)
-            except lmdb.Error as exc:
-                raise ManifestError(f"{path}: cannot open LMDB shard ({exc}); re-pack the dataset") from None
+            env = _open_retrying(path)
             _open_envs[key] = env
         return env
 
 
-def _close_inherited() -> None:
-    """In a forked child: close this process's copies of the parent's environments, so that the
-    child's readers (which drop inherited handles) can open their own."""
+def _open_retrying(path: Path, wait_s: float = 2.0) -> lmdb.Environment:
+    """``lmdb.open``, waiting out an environment on the same file that is still closing.
+
+    The last reader dropping an environment takes it out of ``_open_envs`` before py-lmdb has
+    finished closing it (the close runs without the GIL), so another thread may briefly be told
+    the file "is already open in this process".
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            # lock=False: read-only data never changes; readahead=False: random access on big sets.
+            return lmdb.open(str(path), subdir=False, readonly=True, lock=False, readahead=False,
+                             max_readers=1024, max_dbs=0)
+        except lmdb.Error as exc:
+            if "already open" not in str(exc) or time.monotonic() > deadline:
+                raise ManifestError(f"{path}: cannot open LMDB shard ({exc}); re-pack the dataset") from None
+        time.sleep(0.005)
+
+
+def _new_lock_after_fork() -> None:
+    """A parent thread may have held the lock at the fork; the child's copy would stay locked."""
     global _open_lock
-    for env in list(_open_envs.values()):
-        env.close()
-    _open_envs.clear()
     _open_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_close_inherited)
+os.register_at_fork(after_in_child=_new_lock_after_fork)

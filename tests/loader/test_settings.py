@@ -198,3 +198,17 @@ def test_tune_measures_datasets_shorter_than_its_batches():
     rates = [float(e.rsplit(": ", 1)[1].removesuffix("/s"))
              for e in best.reasons["tune"].split(": ", 1)[1].split("; ")]
     assert len(rates) == 2 and all(r > 0 for r in rates)
+
+
+def test_a_timeout_makes_auto_choose_worker_processes(id_packed):
+    # torch times out only worker processes (it refuses timeout > 0 with num_workers=0).
+    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=16)
+    loader = fastload.DataLoader(ds, batch_size=4, timeout=60)
+    assert loader.settings.mode == "processes" and loader.num_workers >= 1
+    assert "timeout=60" in loader.settings.reasons["num_workers"]
+    assert sorted(ids_and_pixels(loader)[0]) == list(range(ID_RECORDS))
+
+
+def test_a_timeout_with_an_auto_iterable_dataset_is_refused_clearly():
+    with pytest.raises(ValueError, match="timeout=5 needs worker processes"):
+        fastload.DataLoader(Stream(), batch_size=2, timeout=5)
