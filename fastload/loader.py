@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.utils.data
 
+from fastload.backends import backend_class
 from fastload.collate import collate_images, keep_skips, skipped_in
 from fastload.epoch_sampler import EpochSampler
 from fastload.prefetch import ThreadPrefetcher
@@ -44,6 +45,9 @@ class DataLoader(torch.utils.data.DataLoader):
         seed: shuffle and augmentation seed of the EpochSampler (the same on every rank).
         distributed: shard across ``torch.distributed`` ranks: None = PackedDataset loaders when a
             process group is initialised; True = any dataset (needs a process group); False = never.
+        backend: ``"torch"`` (torch's iterator) or ``"dali"``: a PackedDataset's built-in image
+            pipeline run by NVIDIA DALI (GPU decode with ``device="cuda"``, CPU operators
+            otherwise), in the same order, with the same batches, state and stats.
     """
 
     def __init__(self, dataset: torch.utils.data.Dataset, batch_size: int | None = 1,
@@ -54,7 +58,10 @@ class DataLoader(torch.utils.data.DataLoader):
                  *, prefetch_factor: int | None | Auto = "auto", persistent_workers: bool = False,
                  pin_memory_device: str = "", in_order: bool = True,
                  device: str | torch.device | None = None, mean: Sequence[float] | None = None,
-                 std: Sequence[float] | None = None, seed: int = 0, distributed: bool | None = None) -> None:
+                 std: Sequence[float] | None = None, seed: int = 0, distributed: bool | None = None,
+                 backend: Literal["torch", "dali"] = "torch") -> None:
+        tail = backend_class(backend)
+        self.backend = backend
         self.shuffle = shuffle
         self.device = device
         self.mean, self.std = mean, std
@@ -87,6 +94,10 @@ class DataLoader(torch.utils.data.DataLoader):
                          multiprocessing_context, generator, prefetch_factor=self.settings.prefetch_factor,
                          persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
                          in_order=in_order)
+        # A tail of our own replaces torch's iterator; the sampler, len() and state stay the loader's.
+        self._tail = None if tail is None else tail(
+            dataset, batch_size=self.batch_size, device=self._device, mean=mean, std=std,
+            collate_fn=self.collate_fn, batched=self.batch_sampler is not None)
 
     @property
     def epoch_sampler(self) -> EpochSampler | None:
@@ -102,6 +113,8 @@ class DataLoader(torch.utils.data.DataLoader):
             epoch, start = sampler.upcoming()
             progress.update(epoch=epoch, start=start, share=sampler.share(epoch))
         self._progress = progress
+        if self._tail is not None:  # already on the device, normalised: _deliver only counts
+            return self._deliver(self._tail.batches(iter(self.batch_sampler)), progress)
         source: Iterator[Any] = super().__iter__()
         if self.num_workers > 0:
             source = _named_worker_deaths(source)
@@ -111,7 +124,9 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def _deliver(self, source: Iterator[Any], progress: dict[str, Any]) -> Iterator[Any]:
         skips: deque[int] = deque()  # records on_error="skip" left out of each batch, in order
-        batches = to_device(_noting_skips(source, skips), self._device, self._normalizer)
+        batches = _noting_skips(source, skips)
+        if self._tail is None:
+            batches = to_device(batches, self._device, self._normalizer)
         sizes = getattr(getattr(self.dataset, "index", None), "size", None)
         try:
             while True:
