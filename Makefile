@@ -21,6 +21,9 @@ demo: venv
 	$(VENV)/bin/fastload pack $(DEMO)/images -o $(DEMO)/images.fl --overwrite
 	$(VENV)/bin/fastload info $(DEMO)/images.fl
 	$(VENV)/bin/fastload verify $(DEMO)/images.fl
+	# About 45 s: torch ImageFolder vs fastload on the same 600 images, stage timings and a verdict.
+	$(VENV)/bin/fastload bench $(DEMO)/images --packed $(DEMO)/images.fl --stages \
+		--plot $(DEMO)/bench.png --json $(DEMO)/bench.json
 
 test: venv
 	$(PY) -m pytest -q -m "not reliability"

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from fastload.config import format_size
 from fastload.errors import FastloadError
@@ -63,6 +64,85 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _tune(args: argparse.Namespace) -> int:
+    from fastload.dataset import PackedDataset
+    from fastload.tuning import tune
+
+    dataset = PackedDataset(args.path, image_size=args.image_size, train=not args.eval)
+    settings = tune(dataset, batch_size=args.batch_size, batches=args.batches)
+    if args.json:
+        print(json.dumps({"num_workers": settings.num_workers, "prefetch_factor": settings.prefetch_factor,
+                          "pin_memory": settings.pin_memory, "mode": settings.mode,
+                          "prefetch_batches": settings.prefetch_batches, "reasons": settings.reasons},
+                         indent=2))
+    else:
+        print(settings)
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from fastload.benchmark import bench
+
+    _check_plot(args)
+    grid = [(w, args.prefetch_factor) for w in args.torch_workers] if args.torch_workers else None
+    report = bench(args.src, args.packed, batch_size=args.batch_size, image_size=args.image_size,
+                   duration=args.duration, samples=args.samples, cold=args.cold, stages=args.stages,
+                   model_step=_model_step(args), torch_grid=grid, dali=not args.no_dali,
+                   temp_pack=args.temp_pack, work=args.work, progress=False if args.quiet else None)
+    return _report(report, args)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from fastload.benchmark import doctor
+
+    _check_plot(args)
+    report = doctor(args.src, batch_size=args.batch_size, image_size=args.image_size,
+                    num_workers=args.num_workers, duration=args.duration, samples=args.samples,
+                    cold=args.cold, model_step=_model_step(args), progress=False if args.quiet else None)
+    return _report(report, args)
+
+
+def _model_step(args: argparse.Namespace) -> float | None:
+    return args.model_step_ms / 1000 if args.model_step_ms else None
+
+
+def _check_plot(args: argparse.Namespace) -> None:
+    if args.plot:  # before a minute of measuring, not after
+        from fastload.optional import require
+
+        require("matplotlib", "the benchmark chart (--plot)")
+
+
+def _report(report: Any, args: argparse.Namespace) -> int:
+    """Print the table; write JSON and PNG; 130 when Ctrl-C cut it short, 1 when a row failed."""
+    print(report.table())
+    if args.json:
+        print(f"json: {report.write_json(args.json)}")
+    if args.plot:
+        from fastload.benchmark.plot import write_plot
+
+        print(f"plot: {write_plot(report, args.plot)}")
+    if report.interrupted:
+        return 130
+    return 1 if any(r.status == "failed" for r in report.runs) else 0
+
+
+def _add_measure_options(p: argparse.ArgumentParser) -> None:
+    """Options bench and doctor share."""
+    p.add_argument("--batch-size", type=int, default=64, help="samples per batch (default 64)")
+    p.add_argument("--image-size", type=int, default=224, help="train crop side in pixels (default 224)")
+    p.add_argument("--duration", type=float, default=5.0,
+                   help="timed seconds per loader run, after a 2-batch warm-up (default 5)")
+    p.add_argument("--samples", type=int, default=None, help="stop each run after N samples")
+    p.add_argument("--cold", action="store_true",
+                   help="drop the files from the page cache first (posix_fadvise); one pass per run")
+    p.add_argument("--model-step-ms", type=float, default=None, metavar="MS",
+                   help="stand in for a training step of MS ms per batch; shows the data-wait fraction")
+    p.add_argument("--json", metavar="FILE", help="write the report as JSON (schema fastload-bench/1)")
+    p.add_argument("--plot", metavar="FILE.png", help="write a bar chart (needs matplotlib)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from converters.checks import DEFAULT_MAX_PIXELS
 
@@ -100,6 +180,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     p.add_argument("--decode", action="store_true", help="also decode every image")
     p.set_defaults(run=_verify)
+
+    p = sub.add_parser("tune", help="measure a short grid of loader settings on a packed dataset")
+    p.add_argument("path", help="packed dataset folder")
+    p.add_argument("--batch-size", type=int, default=64, help="samples per batch (default 64)")
+    p.add_argument("--image-size", type=int, default=224, help="crop side in pixels (default 224)")
+    p.add_argument("--eval", action="store_true", help="tune the eval pipeline (default: train)")
+    p.add_argument("--batches", type=int, default=6, help="timed batches per candidate (default 6)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=_tune)
+
+    p = sub.add_parser("bench", help="loaders side by side: torch ImageFolder vs fastload, same records")
+    p.add_argument("src", help="image folder, packed dataset, or folder with --packed copies")
+    p.add_argument("--packed", action="append", default=[], metavar="DATASET",
+                   help="a packed dataset of SRC's files (repeat for LMDB and HDF5)")
+    _add_measure_options(p)
+    p.add_argument("--stages", action="store_true", help="also time each stage and give a verdict (doctor)")
+    p.add_argument("--torch-workers", type=int, nargs="+", default=None, metavar="N",
+                   help="num_workers of the tuned torch rows (default: one per core)")
+    p.add_argument("--prefetch-factor", type=int, default=4, help="prefetch_factor of the tuned torch rows")
+    p.add_argument("--no-dali", action="store_true", help="leave out the DALI backend row")
+    p.add_argument("--temp-pack", type=int, default=2000, metavar="N",
+                   help="with no packed copy of SRC, pack at most N of its files into a temporary dataset")
+    p.add_argument("--work", default=None, help="where the temporary dataset goes (default: system temp)")
+    p.set_defaults(run=_bench)
+
+    p = sub.add_parser("doctor", help="time each loader stage alone and name the bottleneck")
+    p.add_argument("src", help="image folder (ImageFolder + torch DataLoader) or packed dataset (fastload)")
+    _add_measure_options(p)
+    p.add_argument("--num-workers", type=int, default=None,
+                   help="your loader's num_workers (folder default: one per core; packed: auto)")
+    p.set_defaults(run=_doctor)
     return parser
 
 

@@ -1,0 +1,25 @@
+"""Measuring loaders: ``fastload bench`` (side by side) and ``fastload doctor`` (which stage limits).
+
+    inputs.py       SRC → an image folder and packed datasets of the same records
+    baseline.py     the ImageFolder + torch DataLoader baseline users have today
+    contenders.py   each row's loader: torch defaults/tuned, raw reads, fastload, DALI
+    runs.py         timed runs: warm-up, bounded time, data wait, Ctrl-C keeps results
+    monitor.py      the progress line on stderr, peak memory of a run and its workers
+    stages.py       each stage alone: read, decode, transform, collate
+    ceilings.py     what the machine can do: decode per core × cores, memory copy, disk, host→GPU
+    verdict.py      measurements → bottleneck + advice (a pure function)
+    report.py       the report structure and its JSON schema; text.py table; plot.py PNG
+    suite.py        bench() and doctor(): the pipeline of the above
+
+Imported on demand (by the CLI or the user), never by ``import fastload``.
+"""
+
+from fastload.benchmark.baseline import ImageFolderBaseline
+from fastload.benchmark.report import SCHEMA, BenchReport, validate
+from fastload.benchmark.runs import Limits, RunResult
+from fastload.benchmark.stages import Stage
+from fastload.benchmark.suite import bench, doctor
+from fastload.benchmark.verdict import Evidence, Verdict, diagnose
+
+__all__ = ["SCHEMA", "BenchReport", "Evidence", "ImageFolderBaseline", "Limits", "RunResult", "Stage",
+           "Verdict", "bench", "diagnose", "doctor", "validate"]

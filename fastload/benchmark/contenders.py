@@ -1,0 +1,169 @@
+"""The contenders of ``fastload bench``: how each row's loader is built, on the same records.
+
+Rows: the ImageFolder baseline with torch's DataLoader at its defaults and at hand-tuned
+settings; shuffled raw reads of the small files and of each packed dataset's records (the I/O
+alone: ``READS_IN_FLIGHT`` reads at once, batch by batch); fastload's train pipeline on each
+packed dataset with auto settings; the DALI backend when ``fastload.DataLoader`` has one.
+With a cold cache, each row first drops its files from the page cache.
+"""
+
+from __future__ import annotations
+
+import gc
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastload.benchmark.baseline import ImageFolderBaseline
+from fastload.benchmark.runs import RunSpec
+from fastload.benchmark.stages import READS_IN_FLIGHT, drop_cache, shard_files
+from fastload.format import read_manifest
+
+
+class RawReads:
+    """Shuffled record reads, no decode: an iterable of batches, each a tensor of payload sizes.
+
+    Each batch's reads are split into chunks read by ``threads`` threads at once, as a loader with
+    many reads in flight would; a new iteration is a new shuffle.
+    """
+
+    def __init__(self, read_many: Callable[[list[int]], list[bytes]], count: int, batch_size: int,
+                 threads: int = READS_IN_FLIGHT, seed: int = 0) -> None:
+        self.read_many, self.count, self.batch_size = read_many, count, batch_size
+        self.threads, self.seed, self.epoch = threads, seed, 0
+
+    def __len__(self) -> int:
+        return -(-self.count // self.batch_size)
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.count)
+        self.epoch += 1
+        chunk = max(1, self.batch_size // self.threads)
+        with ThreadPoolExecutor(self.threads, thread_name_prefix="fastload-bench-read") as pool:
+            for start in range(0, self.count, self.batch_size):
+                batch = order[start:start + self.batch_size].tolist()
+                parts = pool.map(self.read_many, [batch[k:k + chunk] for k in range(0, len(batch), chunk)])
+                yield torch.tensor([len(b) for part in parts for b in part], dtype=torch.int64)
+
+
+def _batch_bytes(batch: torch.Tensor) -> int:
+    return int(batch.sum())
+
+
+def _read_files(files: list[str]) -> Callable[[list[int]], list[bytes]]:
+    def read_many(indices: list[int]) -> list[bytes]:
+        out = []
+        for i in indices:
+            with open(files[i], "rb") as f:
+                out.append(f.read())
+        return out
+    return read_many
+
+
+def _drop_files(files: Sequence[str]) -> Callable[[], None]:
+    def prepare() -> None:
+        gc.collect()  # readers of the previous row close their shards (mapped pages stay cached)
+        drop_cache(files)
+    return prepare
+
+
+def torch_rows(baseline: ImageFolderBaseline, batch_size: int, grid: Sequence[tuple[int, int]],
+               cold: bool) -> list[RunSpec]:
+    """torch's DataLoader on the baseline: its defaults, then each ``(num_workers, prefetch_factor)``."""
+    prepare = _drop_files(baseline.files) if cold else None
+    size = baseline.mean_size()
+    rows = [RunSpec("torch ImageFolder, defaults", "baseline", "folder",
+                    lambda: torch.utils.data.DataLoader(baseline, batch_size=batch_size, shuffle=True),
+                    "num_workers=0", size, prepare=prepare)]
+    for workers, prefetch in grid:
+        def make(workers: int = workers, prefetch: int = prefetch) -> Any:
+            return torch.utils.data.DataLoader(baseline, batch_size=batch_size, shuffle=True,
+                                               num_workers=workers, prefetch_factor=prefetch,
+                                               persistent_workers=True)
+        rows.append(RunSpec(f"torch ImageFolder, tuned w{workers} pf{prefetch}", "baseline", "folder",
+                            make, f"num_workers={workers}, prefetch_factor={prefetch}, persistent_workers",
+                            size, prepare=prepare))
+    return rows
+
+
+def raw_rows(baseline: ImageFolderBaseline | None, packed: Sequence[Path], batch_size: int,
+             cold: bool) -> list[RunSpec]:
+    """Shuffled raw reads: the small files, then each packed dataset's records."""
+    settings = f"{READS_IN_FLIGHT} reads in flight, batches of {batch_size}"
+    rows = []
+    if baseline is not None:
+        files = baseline.files
+        rows.append(RunSpec("raw reads: small files", "raw", "folder",
+                            lambda: RawReads(_read_files(files), len(files), batch_size), settings,
+                            batch_bytes=_batch_bytes, prepare=_drop_files(files) if cold else None))
+    for path in packed:
+        storage = read_manifest(path).storage
+
+        def make(path: Path = path) -> Any:
+            from fastload.dataset import PackedDataset
+
+            ds = PackedDataset(path)
+            return RawReads(ds.reader.read_many, len(ds), batch_size)
+        rows.append(RunSpec(f"raw reads: fastload {storage}", "raw", storage, make,
+                            settings + ", checksums verified", batch_bytes=_batch_bytes,
+                            prepare=_drop_files(shard_files(path)) if cold else None))
+    return rows
+
+
+def settings_text(loader: Any) -> str:
+    """A fastload loader's resolved settings, in one line."""
+    s = loader.settings
+    if s.mode == "threads":
+        threads = loader.dataset.decode_threads or "all-core"
+        return f"{s.mode}: decode in {threads} threads, {s.prefetch_batches} batches ahead"
+    return f"{s.mode}: num_workers={s.num_workers}, prefetch_factor={s.prefetch_factor}"
+
+
+def has_backend_argument() -> bool:
+    """Whether this fastload's DataLoader takes ``backend=`` (the DALI tail)."""
+    from fastload.loader import DataLoader
+
+    return "backend" in inspect.signature(DataLoader.__init__).parameters
+
+
+def fastload_rows(packed: Sequence[Path], batch_size: int, image_size: int, cold: bool,
+                  dali: bool = True, variants: Sequence[dict[str, Any]] = ()) -> list[RunSpec]:
+    """fastload's train pipeline (RandomResizedCrop + flip, uint8 batches) on each packed dataset:
+    auto settings, then each of ``variants`` (explicit DataLoader arguments), then DALI."""
+    from fastload.dataset import PackedDataset
+    from fastload.loader import DataLoader
+
+    rows = []
+    for path in packed:
+        manifest = read_manifest(path)
+        size = manifest.total_bytes / max(1, manifest.num_records)
+        prepare = _drop_files(shard_files(path)) if cold else None
+
+        def make(path: Path = path, **extra: Any) -> Any:
+            ds = PackedDataset(path, image_size=image_size, train=True)
+            return DataLoader(ds, batch_size=batch_size, shuffle=True, **extra)
+        rows.append(RunSpec(f"fastload {manifest.storage}", "fastload", manifest.storage, make,
+                            settings_text, size, prepare=prepare))
+        for kwargs in variants:
+            label = " ".join(f"{k}={v}" for k, v in kwargs.items())
+            rows.append(RunSpec(f"fastload {manifest.storage}, {label}", "fastload", manifest.storage,
+                                lambda make=make, kwargs=kwargs: make(**kwargs),
+                                settings_text,
+                                size, prepare=prepare))
+        if dali:
+            rows.append(RunSpec(f"fastload {manifest.storage}, DALI backend", "dali", manifest.storage,
+                                _dali_maker(make), "backend='dali'", size, prepare=prepare))
+    return rows
+
+
+def _dali_maker(make: Callable[..., Any]) -> Callable[[], Any]:
+    def make_dali() -> Any:
+        if not has_backend_argument():
+            raise NotImplementedError("this fastload.DataLoader has no backend= argument yet")
+        return make(backend="dali")
+    return make_dali

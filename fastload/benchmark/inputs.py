@@ -1,0 +1,133 @@
+"""What a benchmark runs on: SRC resolved into an image folder and packed datasets of its records.
+
+``SRC`` may be an image folder, a packed dataset, or a folder with ``--packed`` datasets of it:
+
+- a packed dataset whose manifest names a source folder that still exists brings that folder
+  as the baseline;
+- a folder with no ``--packed`` uses ``SRC.fl`` (``fastload pack``'s default output) when it
+  holds a finished dataset; otherwise a random sample of at most ``temp_pack`` files is packed
+  into a temporary LMDB dataset, deleted after the run, and the baseline reads the same sample.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from fastload.benchmark.baseline import ImageFolderBaseline
+from fastload.errors import SourceError, SourceNotFoundError
+from fastload.format import MANIFEST_NAME, read_manifest
+
+
+@dataclass
+class Inputs:
+    """The folder baseline (None without a folder) and the packed datasets, in SRC's order."""
+
+    src: Path
+    src_kind: str  # "folder" or "packed": what SRC itself is (what doctor diagnoses)
+    baseline: ImageFolderBaseline | None
+    packed: list[Path]
+    notes: list[str] = field(default_factory=list)
+
+
+def is_packed(path: Path) -> bool:
+    return path.is_dir() and (path / MANIFEST_NAME).exists()
+
+
+@contextmanager
+def resolve(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] = (), *,
+            image_size: int = 224, temp_pack: int = 2000, work: str | os.PathLike[str] | None = None,
+            seed: int = 0, pack_missing: bool = True) -> Iterator[Inputs]:
+    """Resolve SRC and ``packed`` (checked up front: a bad path fails before anything runs).
+
+    ``pack_missing=False`` leaves a folder with no packed copy as it is (doctor needs none).
+    """
+    root = Path(src)
+    if not root.exists():
+        raise SourceNotFoundError(f"{root}: no such image folder or packed dataset; check the path")
+    if not root.is_dir():
+        raise SourceError(f"{root}: is a file; pass an image folder or a packed dataset "
+                          "(the directory `fastload pack` writes)")
+    extra = [Path(p) for p in packed]
+    for path in extra:
+        read_manifest(path)  # a clear error for a path that is not a finished dataset
+    if is_packed(root):
+        read_manifest(root)
+        inputs = Inputs(root, "packed", _source_folder(root, image_size), [root, *extra])
+        if inputs.baseline is not None:
+            inputs.notes.append(f"baseline: the source folder in the manifest, "
+                                f"{inputs.baseline.root}")
+        yield inputs
+        return
+    baseline = ImageFolderBaseline.from_folder(root, image_size)
+    inputs = Inputs(root, "folder", baseline, extra)
+    default = root.with_name(root.name + ".fl")
+    if not extra and is_packed(default):
+        inputs.packed.append(default)
+        inputs.notes.append(f"packed: {default} (fastload pack's default output for {root})")
+    if inputs.packed or not pack_missing:
+        _check_counts(inputs)
+        yield inputs
+        return
+    temp = Path(tempfile.mkdtemp(prefix="fastload-bench-", dir=work))
+    try:
+        yield _pack_sample(inputs, temp, temp_pack, seed)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _source_folder(dataset: Path, image_size: int) -> ImageFolderBaseline | None:
+    packed = read_manifest(dataset).packed
+    source = packed.get("source")
+    if packed.get("layout") not in ("imagefolder", "flat") or not source or not Path(source).is_dir():
+        return None
+    try:
+        return ImageFolderBaseline.from_folder(source, image_size)
+    except (SourceError, OSError):
+        return None
+
+
+def _check_counts(inputs: Inputs) -> None:
+    assert inputs.baseline is not None
+    for path in inputs.packed:
+        records = read_manifest(path).num_records
+        if records != len(inputs.baseline):
+            inputs.notes.append(f"{path} holds {records} records, {inputs.src} {len(inputs.baseline)} "
+                                "files: the rows do not read the same records")
+
+
+def _pack_sample(inputs: Inputs, temp: Path, limit: int, seed: int) -> Inputs:
+    """Pack at most ``limit`` random files of the folder into ``temp``; the baseline reads the same."""
+    from converters import pack
+
+    baseline = inputs.baseline
+    assert baseline is not None
+    keep = np.sort(np.random.default_rng(seed).permutation(len(baseline))[:limit])
+    samples = [baseline.samples[int(i)] for i in keep]
+    listing = temp / "sample.csv"
+    labelled = any(label >= 0 for _, label in samples)
+    with open(listing, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["path", "label"])
+        writer.writerows((os.path.abspath(p), label if labelled else "") for p, label in samples)
+    out = temp / "sample.fl"
+    pack(listing, out, format="lmdb", progress=False)
+    inputs.baseline = ImageFolderBaseline(samples, baseline.image_size, root=baseline.root)
+    inputs.packed = [out]
+    what = "all" if len(samples) == len(baseline) else f"a random sample of {len(samples)} of the"
+    inputs.notes.append(f"packed {what} {len(baseline)} files of {inputs.src} into a temporary LMDB "
+                        f"dataset in {temp} (deleted after the run); to keep one: "
+                        f"`fastload pack {inputs.src}`, then `fastload bench {inputs.src} --packed "
+                        f"{inputs.src}.fl`")
+    if os.stat(temp).st_dev != os.stat(inputs.src).st_dev:
+        inputs.notes.append(f"the temporary dataset is on another filesystem than {inputs.src}: "
+                            "pass --work DIR on the same disk for a like-for-like comparison")
+    return inputs

@@ -1,0 +1,73 @@
+"""The report as a bar chart (PNG) for pasting into a report; needs matplotlib (``fastload[plot]``)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fastload.optional import require
+
+if TYPE_CHECKING:
+    from fastload.benchmark.report import BenchReport
+
+_COLOURS = {"baseline": "#9e9e9e", "fastload": "#1f77b4", "dali": "#2ca02c", "raw": "#ff7f0e"}
+
+
+def write_plot(report: BenchReport, path: str | os.PathLike[str]) -> Path:
+    """Horizontal bars: decoded samples/s, raw-read MB/s and (doctor) each stage's samples/s."""
+    require("matplotlib", "the benchmark chart (--plot)")
+    # The object API: no pyplot, so no GUI backend and no global figure state.
+    figure_cls = importlib.import_module("matplotlib.figure").Figure
+    panels = _panels(report)
+    if not panels:
+        panels = [("nothing was measured", [], None, False)]
+    height = sum(1.0 + 0.38 * max(1, len(p[1])) for p in panels)
+    fig = figure_cls(figsize=(9, max(2.5, height)), layout="constrained")
+    axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
+    for ax, (title, bars, ceiling, log) in zip(axes, panels):
+        names = [b[0] for b in bars][::-1]
+        values = [b[1] for b in bars][::-1]
+        colours = [_COLOURS.get(b[2], "#1f77b4") for b in bars][::-1]
+        ax.barh(names, values, color=colours)
+        for y, v in enumerate(values):
+            ax.text(v, y, f" {v:,.0f}", va="center", fontsize=8)
+        if ceiling is not None:
+            ax.axvline(ceiling[1], color="#d62728", linestyle="--", linewidth=1)
+            ax.text(ceiling[1], -0.5, f" {ceiling[0]}", color="#d62728", fontsize=8, va="bottom")
+        if log:  # stage rates span orders of magnitude (collate is nearly free)
+            ax.set_xscale("log")
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.margins(x=0.2)
+        ax.tick_params(labelsize=8)
+    c = report.config
+    fig.suptitle(f"fastload {report.command}: {Path(c['source']).name}, batch {c['batch_size']}, "
+                 f"{'cold' if c['cold'] else 'warm'} cache, {report.machine['cores']} cores",
+                 fontsize=10)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png", dpi=120)
+    return out
+
+
+Bar = tuple[str, float, str]
+Panel = tuple[str, list[Bar], tuple[str, float] | None, bool]  # title, bars, marked line, log scale
+
+
+def _panels(report: BenchReport) -> list[Panel]:
+    decoded = [(r.name, r.samples_per_s, r.kind) for r in report.measured() if r.kind != "raw"]
+    raw = [(r.name, r.mb_per_s, r.kind) for r in report.measured("raw")]
+    c: dict[str, Any] = report.ceilings or {}
+    panels: list[Panel] = []
+    if decoded:
+        ceiling = ("decode ceiling", c["decode_ceiling"]) if c.get("decode_ceiling") else None
+        panels.append(("train pipeline, samples/s (higher is better)", decoded, ceiling, False))
+    if raw:
+        disk = ("sequential disk", c["disk_sequential_mb_s"]) if c.get("disk_sequential_mb_s") else None
+        panels.append(("raw shuffled reads, MB/s", raw, disk, False))
+    if report.stages:
+        bars = [(f"{s.name} ×{s.parallel}", s.parallel / s.seconds_per_sample, "fastload")
+                for s in report.stages if s.seconds_per_sample > 0]
+        panels.append(("stages alone, samples/s at this loader's parallelism (log scale)", bars, None, True))
+    return panels

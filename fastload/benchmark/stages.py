@@ -1,0 +1,234 @@
+"""Doctor's stage timings: each step of a loader alone, on one thread.
+
+A probe exposes a loader's steps one by one: ``read(i)`` → bytes, ``decode(i, data)``,
+``transform(i, decoded)`` → sample, ``collate(samples)`` → batch. Each is timed over a fixed
+random sample of records (seconds per sample); :mod:`fastload.benchmark.ceilings` says what the
+machine can do at all.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import torch
+
+from fastload.collate import ImageBatch, collate_images, new_image_batch
+from fastload.decode import decode_crop
+
+StageKind = Literal["io", "cpu", "transfer"]
+READS_IN_FLIGHT = 16  # cold reads: a disk serves many random reads at once
+
+
+@dataclass
+class Stage:
+    """One step timed alone: seconds per sample on one thread, and how many run at once in the
+    loader being diagnosed (``parallel``)."""
+
+    name: str
+    kind: StageKind
+    seconds_per_sample: float
+    parallel: int = 1
+    note: str | None = None
+
+    @property
+    def samples_per_s(self) -> float:
+        return 1.0 / self.seconds_per_sample if self.seconds_per_sample > 0 else float("inf")
+
+    def as_dict(self) -> dict[str, Any]:
+        rate = self.samples_per_s
+        return {"name": self.name, "kind": self.kind, "seconds_per_sample": self.seconds_per_sample,
+                "samples_per_s": None if rate == float("inf") else rate, "parallel": self.parallel,
+                "note": self.note}
+
+
+class Probe(Protocol):
+    """A loader's steps, callable one at a time (see :class:`ImageFolderProbe`, :class:`PackedProbe`)."""
+
+    decode_name: str
+
+    def __len__(self) -> int: ...
+    def files_of(self, indices: Sequence[int]) -> list[str]: ...
+    def read(self, i: int) -> bytes: ...
+    def decode(self, i: int, data: bytes) -> Any: ...
+    def transform(self, i: int, decoded: Any) -> Any: ...
+    def collate(self, samples: list[Any]) -> Any: ...
+    def release(self) -> None: ...
+
+
+class ImageFolderProbe:
+    """Any Dataset with ``read``/``decode``/``transform`` methods (the ImageFolder baseline)."""
+
+    decode_name = "decode"
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def files_of(self, indices: Sequence[int]) -> list[str]:
+        """The files holding these records (what a cold read drops from the page cache)."""
+        files = getattr(self.dataset, "files", None)
+        return [files[i] for i in indices] if files else []
+
+    def read(self, i: int) -> bytes:
+        return self.dataset.read(i)
+
+    def decode(self, i: int, data: bytes) -> Any:
+        return self.dataset.decode(data)
+
+    def transform(self, i: int, decoded: Any) -> Any:
+        return self.dataset.transform(decoded), 0
+
+    def collate(self, samples: list[Any]) -> Any:
+        collate = getattr(self.dataset, "collate", None)
+        return collate(samples) if collate else torch.utils.data.default_collate(samples)
+
+    def release(self) -> None:
+        pass
+
+
+class PackedProbe:
+    """A PackedDataset's steps: checked record read, then decode; with the built-in pipeline the
+    crop and flip happen inside the reduced-scale decode, and collate is the preallocated batch."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+        self.pipeline = dataset.pipeline
+        self.decode_name = "decode+crop (reduced-scale)" if self.pipeline else "decode"
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def files_of(self, indices: Sequence[int]) -> list[str]:
+        shards = self.dataset.manifest.shards
+        return [str(self.dataset.root / shards[s].file)
+                for s in sorted({int(self.dataset.index.shard[i]) for i in indices})]
+
+    def read(self, i: int) -> bytes:
+        return self.dataset.reader.read_many([i])[0]
+
+    def decode(self, i: int, data: bytes) -> Any:
+        ds = self.dataset
+        if self.pipeline is None:
+            return ds.payload(i, data)
+        plan = self.pipeline.plan(i, 0, 0, int(ds.index.width[i]), int(ds.index.height[i]))
+        # into its own array, as the pipeline decodes into its slot of the batch
+        return decode_crop(data, plan, out=np.empty((*self.pipeline.out_size, 3), dtype=np.uint8))
+
+    def transform(self, i: int, decoded: Any) -> Any:
+        if self.pipeline is None:
+            return (self.dataset.transform(decoded) if self.dataset.transform else decoded), 0
+        return torch.from_numpy(decoded).permute(2, 0, 1), 0
+
+    def collate(self, samples: list[Any]) -> Any:
+        if self.pipeline is None:
+            return torch.utils.data.default_collate(samples)
+        # The decoder writes each sample into one preallocated batch: forming it costs this.
+        h, w = self.pipeline.out_size
+        return collate_images(ImageBatch(new_image_batch(len(samples), h, w),
+                                         torch.zeros(len(samples), dtype=torch.int64)))
+
+    def release(self) -> None:
+        # LMDB pages mapped by this process survive posix_fadvise: close the shards first.
+        self.dataset.reader.close()
+        gc.collect()
+
+
+def drop_cache(paths: Sequence[str | os.PathLike[str]]) -> None:
+    """Ask the kernel to forget each file's cached pages (``posix_fadvise(DONTNEED)``).
+
+    Pages that are dirty or mapped by a running process stay; on tmpfs nothing is dropped.
+    """
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def per_call(fn: Callable[[Any], Any], items: Sequence[Any], budget: float, rounds: int = 5) -> float:
+    """Seconds per ``fn(item)`` over ``items`` (cycled), after one untimed call: the median of
+    ``rounds`` rounds of ``budget / rounds`` seconds each, so a burst of load from other
+    processes moves one round, not the result."""
+    fn(items[0])
+    times, k = [], 0
+    for _ in range(rounds):
+        n, started = 0, time.perf_counter()
+        while n < 1 or (time.perf_counter() - started < budget / rounds and n < 20 * len(items)):
+            fn(items[k % len(items)])
+            n, k = n + 1, k + 1
+        times.append((time.perf_counter() - started) / n)
+    return statistics.median(times)
+
+
+def _bounded(fn: Callable[[Any], Any], items: Sequence[Any], budget: float, least: int = 4) -> list[Any]:
+    """``[fn(x) for x in items]``, stopping after ``budget`` seconds once ``least`` are done."""
+    out, started = [], time.perf_counter()
+    for x in items:
+        out.append(fn(x))
+        if len(out) >= least and time.perf_counter() - started > budget:
+            break
+    return out
+
+
+def sample_records(probe: Probe, records: int = 64, seed: int = 0, budget: float = 0.5) -> dict[str, Any]:
+    """A fixed random sample of records and their bytes (read in at most about ``budget`` s)."""
+    chosen = [int(i) for i in np.random.default_rng(seed).permutation(len(probe))[:records]]
+    blobs = _bounded(probe.read, chosen, budget)
+    return {"indices": chosen[: len(blobs)], "blobs": blobs}
+
+
+def measure_stages(probe: Probe, *, batch_size: int, cold: bool, budget: float = 0.5,
+                   records: int = 64, seed: int = 0) -> tuple[list[Stage], dict[str, Any]]:
+    """Time read, decode, transform and collate alone on ``records`` random records.
+
+    Returns the stages (``parallel`` left at 1: the caller knows the loader) and the data the
+    ceilings reuse: the sampled indices and their bytes (see :func:`sample_records`).
+    """
+    chosen = [int(i) for i in np.random.default_rng(seed).permutation(len(probe))[:records]]
+    if cold:
+        probe.release()
+        drop_cache(probe.files_of(chosen))
+        cold_part = chosen[: max(4, len(chosen) // 4)]
+        started = time.perf_counter()
+        done = _bounded(probe.read, cold_part, budget)
+        read_s = (time.perf_counter() - started) / len(done)
+        read_note = f"cold page cache, one read at a time ({len(done)} records)"
+    blobs = _bounded(probe.read, chosen, budget)
+    pairs = list(zip(chosen, blobs))
+    if not cold:
+        read_s = per_call(probe.read, chosen[: len(blobs)], budget)
+        read_note = "warm page cache, one read at a time"
+    decoded = _bounded(lambda p: probe.decode(*p), pairs, budget)
+    decode_s = per_call(lambda p: probe.decode(*p), pairs[: len(decoded)], budget)
+    items = list(zip(chosen, decoded))
+    samples = _bounded(lambda p: probe.transform(*p), items, budget)
+    transform_s = per_call(lambda p: probe.transform(*p), items[: len(samples)], budget)
+    batch = [samples[k % len(samples)] for k in range(batch_size)]
+    collate_s = per_call(probe.collate, [batch], budget) / batch_size
+    stages = [Stage("read", "io", read_s, note=read_note),
+              Stage(probe.decode_name, "cpu", decode_s),
+              Stage("transform", "cpu", transform_s,
+                    note="inside the decode" if "crop" in probe.decode_name else None),
+              Stage("collate", "cpu", collate_s)]
+    return stages, {"indices": chosen[: len(blobs)], "blobs": blobs}
+
+
+def shard_files(root: str | os.PathLike[str]) -> list[str]:
+    """The shard files of a packed dataset (for a sequential disk read)."""
+    from fastload.format import read_manifest
+
+    return [str(Path(root) / s.file) for s in read_manifest(root).shards]

@@ -1,0 +1,261 @@
+"""``bench`` and ``doctor``: the two measurements, from SRC to a report.
+
+bench:  SRC → inputs → contenders side by side (runs) → machine ceilings → report
+doctor: SRC → the loader it would use, run with a stand-in training step → each stage alone
+        → ceilings → verdict → report
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fastload.benchmark.baseline import ImageFolderBaseline
+from fastload.benchmark.contenders import fastload_rows, raw_rows, settings_text, torch_rows
+from fastload.benchmark.inputs import Inputs, resolve
+from fastload.benchmark.report import BenchReport
+from fastload.benchmark.ceilings import ceilings
+from fastload.benchmark.monitor import Progress
+from fastload.benchmark.runs import Limits, ModelStep, RunKind, RunResult, RunSpec, run_all
+from fastload.benchmark.stages import (
+    ImageFolderProbe, PackedProbe, Probe, Stage, drop_cache, measure_stages, sample_records, shard_files,
+)
+from fastload.benchmark.verdict import Evidence, diagnose
+from fastload.config import available_cpus
+
+
+def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] = (), *,
+          batch_size: int = 64, image_size: int = 224, duration: float = 5.0,
+          samples: int | None = None, cold: bool = False, stages: bool = False,
+          model_step: ModelStep = None, torch_grid: Sequence[tuple[int, int]] | None = None,
+          dali: bool = True, include: Collection[RunKind] = ("baseline", "raw", "fastload"),
+          fastload_variants: Sequence[dict[str, Any]] = (), only: Collection[str] | None = None,
+          temp_pack: int = 2000, work: str | os.PathLike[str] | None = None,
+          stage_budget: float = 0.5, progress: bool | None = None) -> BenchReport:
+    """Every contender on the same records, side by side; see :mod:`fastload.benchmark`.
+
+    Args:
+        src: an image folder, a packed dataset, or a folder whose packed copies are in ``packed``.
+        duration, samples: bound each row: timed seconds, and samples after the warm-up.
+        cold: drop every file from the page cache before each row (one pass at most per row).
+        stages: also diagnose SRC's loader (``doctor``): stage timings and a verdict.
+        model_step: the training step ``stages`` stands in for (seconds, or a callable).
+        torch_grid: ``(num_workers, prefetch_factor)`` pairs for the tuned torch rows
+            (default: one worker per core, prefetch 4).
+        dali: add the DALI backend row after each fastload row (skipped with a note without DALI).
+        include: which kinds of rows to run: ``baseline`` (torch), ``raw`` reads, ``fastload``.
+        fastload_variants: extra fastload rows, each with these DataLoader arguments.
+        only: run just the rows of these names (e.g. one loader in a fresh process, for its memory).
+        temp_pack, work: a folder with no packed copy gets at most this many files packed into
+            a temporary dataset under ``work`` (default: the system's temp folder).
+    """
+    _check(batch_size, duration, samples)
+    cores = available_cpus()
+    config = _config(src, packed, batch_size, image_size, duration, samples, cold, model_step)
+    shown = Progress(progress)
+    with resolve(src, packed, image_size=image_size, temp_pack=temp_pack, work=work) as inputs:
+        config["packed"] = [str(p) for p in inputs.packed]
+        specs: list[RunSpec] = []
+        if inputs.baseline is not None and "baseline" in include:
+            specs += torch_rows(inputs.baseline, batch_size, torch_grid or [(cores, 4)], cold)
+        if "raw" in include:
+            specs += raw_rows(inputs.baseline, inputs.packed, batch_size, cold)
+        if "fastload" in include:
+            specs += fastload_rows(inputs.packed, batch_size, image_size, cold, dali=dali,
+                                   variants=fastload_variants)
+        if only is not None:
+            specs = [spec for spec in specs if spec.name in only]
+        runs, interrupted = run_all(specs, Limits(duration, samples, one_epoch=cold), progress=shown)
+        report = BenchReport("bench", config, runs, notes=list(inputs.notes), interrupted=interrupted)
+        if inputs.baseline is None:
+            report.notes.append("no image folder to compare with: pass the folder as SRC and the "
+                                "dataset with --packed")
+        report.compute_speedups()
+        try:
+            if not interrupted:
+                if stages:
+                    _diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold,
+                                   model_step, None, stage_budget, shown)
+                else:
+                    shown.note("measuring the machine's ceilings")
+                    probe = _probe(inputs, image_size)
+                    sample = sample_records(probe)
+                    report.ceilings = ceilings(probe, sample, cores=cores, cold=cold, budget=stage_budget,
+                                               image_size=image_size, batch_size=batch_size,
+                                               sequential_files=_sequential(inputs, cold))
+        except KeyboardInterrupt:
+            report.interrupted = True
+        finally:
+            shown.finish()
+    return report
+
+
+def doctor(src: str | os.PathLike[str] | torch.utils.data.Dataset, *, batch_size: int = 64,
+           image_size: int = 224, num_workers: int | None = None, duration: float = 5.0,
+           samples: int | None = None, cold: bool = False, model_step: ModelStep = None,
+           stage_budget: float = 0.5, progress: bool | None = None) -> BenchReport:
+    """Time each stage of SRC's loader alone, run it with a stand-in training step, name the bottleneck.
+
+    Args:
+        src: an image folder (diagnosed as ImageFolder + torch's DataLoader), a packed dataset
+            (fastload's pipeline), or a Dataset: a PackedDataset, or any Dataset with
+            ``read(i)``, ``decode(data)`` and ``transform(decoded)`` methods, as
+            :class:`~fastload.benchmark.ImageFolderBaseline` has.
+        num_workers: the folder loader's workers (default: one per core); for a packed dataset,
+            None keeps fastload's auto settings.
+        model_step: seconds of a training step (slept: a GPU step leaves the CPU free), or a
+            callable run on each batch; the report then shows how long the loop waits for data.
+    """
+    _check(batch_size, duration, samples)
+    config = _config(src if not isinstance(src, torch.utils.data.Dataset) else type(src).__name__, (),
+                     batch_size, image_size, duration, samples, cold, model_step)
+    config["num_workers"] = num_workers
+    shown = Progress(progress)
+    report = BenchReport("doctor", config, [])
+    try:
+        if isinstance(src, torch.utils.data.Dataset):
+            inputs = Inputs(Path("."), "dataset", None, [])
+            _diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold, model_step,
+                           num_workers, stage_budget, shown, dataset=src)
+        else:
+            with resolve(src, image_size=image_size, pack_missing=False) as inputs:
+                _diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold,
+                               model_step, num_workers, stage_budget, shown)
+    except KeyboardInterrupt:
+        report.interrupted = True
+    finally:
+        shown.finish()
+    return report
+
+
+def _diagnose_into(report: BenchReport, inputs: Inputs, batch_size: int, image_size: int,
+                   duration: float, samples: int | None, cold: bool, model_step: ModelStep,
+                   num_workers: int | None, budget: float, shown: Progress,
+                   dataset: torch.utils.data.Dataset | None = None) -> None:
+    """Run SRC's loader with the model step, then each stage alone; add the verdict to ``report``."""
+    cores = available_cpus()
+    if dataset is None:
+        dataset = (inputs.baseline if inputs.src_kind == "folder" else
+                   _packed_dataset(inputs.packed[0], image_size))
+    spec, probe = _loader_spec(dataset, batch_size, num_workers, cores)
+    if cold:
+        def prepare() -> None:
+            probe.release()
+            drop_cache(probe.files_of(range(len(probe))))
+        spec.prepare = prepare
+    runs, interrupted = run_all([spec], Limits(duration, samples, one_epoch=cold),
+                                model_step=model_step, progress=shown, keep_loaders=True)
+    run = runs[0]
+    report.runs.append(run)
+    report.interrupted |= interrupted
+    if interrupted or run.status in ("skipped", "failed"):
+        return
+    parallel = _parallelism(run.loader, cores)
+    pinned = bool(getattr(run.loader, "pin_memory", False))
+    run.loader = None
+    shown.note("doctor: timing each stage alone")
+    stages, sample = measure_stages(probe, batch_size=batch_size, cold=cold, budget=budget)
+    for stage in stages:
+        stage.parallel = parallel.get(stage.name, parallel["decode"])
+    shown.note("doctor: measuring the machine's ceilings")
+    report.ceilings = ceilings(probe, sample, cores=cores, cold=cold, budget=budget, image_size=image_size,
+                               batch_size=batch_size, sequential_files=_sequential(inputs, cold))
+    rate = report.ceilings["h2d_pinned_mb_s" if pinned else "h2d_pageable_mb_s"]
+    if rate:
+        stages.append(Stage("transfer", "transfer", 3 * image_size**2 / (rate * 1e6)))
+    report.stages = stages
+    report.verdict = diagnose(Evidence(
+        stages, cores, batch_size, "packed" if isinstance(probe, PackedProbe) else "folder",
+        loader_rate=run.samples_per_s or None,
+        wait_fraction=run.wait_fraction if model_step else None,
+        model_step_s=_step_seconds(model_step, run),
+        reduced_decode=isinstance(probe, PackedProbe) and probe.pipeline is not None,
+        reduced_decode_s=1.0 / reduced if (reduced := report.ceilings["decode_reduced_per_core"]) else None,
+        pinned=pinned if rate else None))
+
+
+def _step_seconds(model_step: ModelStep, run: RunResult) -> float | None:
+    """The stand-in step's length: as given, or for a callable, the loop's time not spent waiting."""
+    if not model_step:
+        return None
+    if not callable(model_step):
+        return float(model_step)
+    busy = run.seconds * (1.0 - (run.wait_fraction or 0.0))
+    return busy / run.batches if run.batches else None
+
+
+def _loader_spec(dataset: Any, batch_size: int, num_workers: int | None,
+                 cores: int) -> tuple[RunSpec, Probe]:
+    from fastload.dataset import PackedDataset
+    from fastload.loader import DataLoader
+
+    if isinstance(dataset, PackedDataset):
+        kwargs: dict[str, Any] = {} if num_workers is None else {"num_workers": num_workers}
+        spec = RunSpec(f"doctor: fastload {dataset.manifest.storage}", "fastload", dataset.manifest.storage,
+                       lambda: DataLoader(dataset, batch_size=batch_size, shuffle=True, **kwargs),
+                       settings_text,
+                       dataset.manifest.total_bytes / max(1, len(dataset)))
+        return spec, PackedProbe(dataset)
+    for method in ("read", "decode", "transform"):
+        if not callable(getattr(dataset, method, None)):
+            raise TypeError(f"doctor: {type(dataset).__name__} has no {method}() method; pass a "
+                            "PackedDataset, a path, or a Dataset with read/decode/transform methods "
+                            "(subclass fastload.benchmark.ImageFolderBaseline)")
+    workers = cores if num_workers is None else num_workers
+    extra: dict[str, Any] = {"persistent_workers": True} if workers else {}
+    size = dataset.mean_size() if isinstance(dataset, ImageFolderBaseline) else 0.0
+    spec = RunSpec(f"doctor: torch {type(dataset).__name__}", "baseline", "folder",
+                   lambda: torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,
+                                                       num_workers=workers, **extra),
+                   f"num_workers={workers}", size)
+    return spec, ImageFolderProbe(dataset)
+
+
+def _parallelism(loader: Any, cores: int) -> dict[str, int]:
+    """How many of each stage the loader runs at once (a worker runs a sample's stages in turn)."""
+    settings = getattr(loader, "settings", None)
+    if settings is not None and settings.mode == "threads":
+        threads = getattr(loader.dataset, "decode_threads", None) or cores
+        return {"read": 1, "decode": threads, "transform": threads, "collate": 1}
+    workers = max(1, int(getattr(loader, "num_workers", 0)))
+    return {"read": workers, "decode": workers, "transform": workers, "collate": workers}
+
+
+def _packed_dataset(path: Path, image_size: int) -> Any:
+    from fastload.dataset import PackedDataset
+
+    return PackedDataset(path, image_size=image_size, train=True)
+
+
+def _probe(inputs: Inputs, image_size: int) -> Probe:
+    if inputs.baseline is not None:
+        return ImageFolderProbe(inputs.baseline)
+    return PackedProbe(_packed_dataset(inputs.packed[0], image_size))
+
+
+def _sequential(inputs: Inputs, cold: bool) -> list[str]:
+    return shard_files(inputs.packed[0]) if cold and inputs.packed else []
+
+
+def _check(batch_size: int, duration: float, samples: int | None) -> None:
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size}: must be at least 1")
+    if duration <= 0:
+        raise ValueError(f"duration={duration}: must be a positive number of seconds")
+    if samples is not None and samples < 1:
+        raise ValueError(f"samples={samples}: must be at least 1, or None for no limit")
+
+
+def _config(src: Any, packed: Sequence[Any], batch_size: int, image_size: int, duration: float,
+            samples: int | None, cold: bool, model_step: ModelStep) -> dict[str, Any]:
+    step_ms = model_step * 1e3 if isinstance(model_step, (int, float)) and model_step else None
+    return {"source": str(src), "packed": [str(p) for p in packed], "batch_size": batch_size,
+            "image_size": image_size, "duration_s": duration, "samples": samples, "cold": cold,
+            "model_step_ms": step_ms, "model_step_callable": callable(model_step)}
+
+
+__all__ = ["RunResult", "bench", "doctor"]

@@ -1,0 +1,94 @@
+"""The report as text: the rows side by side, the machine's ceilings, the stages and the verdict."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastload.config import format_size
+
+if TYPE_CHECKING:
+    from fastload.benchmark.report import BenchReport
+    from fastload.benchmark.runs import RunResult
+
+
+def format_report(report: BenchReport, *, markdown: bool = False) -> str:
+    """The whole report: header, rows, ceilings, stages, verdict, notes."""
+    parts = [_header(report), _rows(report, markdown)]
+    if report.ceilings:
+        parts.append(_ceilings(report.ceilings))
+    if report.stages:
+        parts.append(_stages(report))
+    if report.verdict is not None:
+        parts.append(str(report.verdict))
+    if report.interrupted:
+        parts.append("interrupted: the table holds what was measured before Ctrl-C")
+    parts += [f"note: {n}" for n in report.notes]
+    return "\n\n".join(p for p in parts if p)
+
+
+def _header(report: BenchReport) -> str:
+    c, m = report.config, report.machine
+    cache = "cold page cache (one pass per row)" if c["cold"] else "warm page cache"
+    bound = f"{c['duration_s']:g} s" + (f" or {c['samples']} samples" if c["samples"] else "")
+    step = (f", model step {c['model_step_ms']:g} ms" if c.get("model_step_ms") else
+            ", model step: a callable" if c.get("model_step_callable") else "")
+    return (f"fastload {report.command}: {c['source']}; batches of {c['batch_size']}, "
+            f"{c['image_size']} px train crops, {cache}, {bound} per row{step}\n"
+            f"machine: {m['cores']} cores ({m['cpu']}), torch {m['torch']}, Pillow {m['pillow']}, "
+            f"CUDA {m['cuda'] or 'none'}")
+
+
+def _rows(report: BenchReport, markdown: bool) -> str:
+    waits = bool(report.config.get("model_step_ms") or report.config.get("model_step_callable"))
+    refs = {name for name in report.reference.values() if name}
+    speeds = bool(refs)
+    head = ["run", "samples/s", "MB/s", *(["× ref"] if speeds else []), *(["data wait"] if waits else []),
+            "peak MB", "settings"]
+    lines = [_cells(r, r.name in refs, speeds, waits) for r in report.runs]
+    if markdown:
+        out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 2) + "---|"]
+        return "\n".join(out + ["| " + " | ".join(cells) + " |" for cells in lines])
+    widths = [max(len(str(row[k])) for row in [head, *lines]) for k in range(len(head))]
+    fmt = [(lambda s, w: s.ljust(w)) if k in (0, len(head) - 1) else (lambda s, w: s.rjust(w))
+           for k in range(len(head))]
+    return "\n".join("  ".join(f(str(cell), w) for f, cell, w in zip(fmt, row, widths)).rstrip()
+                     for row in [head, *lines])
+
+
+def _cells(r: RunResult, is_ref: bool, speeds: bool, waits: bool) -> list[str]:
+    blank = [""] * (speeds + waits)
+    if r.status in ("skipped", "failed") or not r.samples:
+        return [r.name, r.status, "", *blank, "", r.note or ""]
+    speed = ["ref" if is_ref else (f"{r.speedup:.2f}x" if r.speedup is not None else "")] if speeds else []
+    wait = [f"{r.wait_fraction:.0%}" if r.wait_fraction is not None else ""] if waits else []
+    settings = r.settings + (f" [{r.status}: {r.note}]" if r.status != "ok" else "")
+    rss = f"{r.peak_rss_mb:.0f}" if r.peak_rss_mb else ""
+    return [r.name, f"{r.samples_per_s:.0f}", f"{r.mb_per_s:.1f}", *speed, *wait, rss, settings]
+
+
+def _ceilings(c: dict[str, Any]) -> str:
+    parts = [f"full-size JPEG decode {c['decode_per_core']:.0f}/s per core × {c['cores']} cores = "
+             f"{c['decode_ceiling']:.0f}/s (all cores at once: {c['decode_all_cores_measured']:.0f}/s)"]
+    if c.get("decode_reduced_per_core"):
+        parts.append(f"fastload's reduced-scale train decode {c['decode_reduced_per_core']:.0f}/s per core")
+    parts.append(f"memory copy {format_size(c['memcpy_mb_s'] * 1e6)}/s")
+    reads = f"record reads, 16 in flight: warm {c['read_warm_mb_s']:.0f} MB/s"
+    if c.get("read_cold_mb_s"):
+        reads += f", cold {c['read_cold_mb_s']:.0f} MB/s"
+    parts.append(reads)
+    if c.get("disk_sequential_mb_s"):
+        parts.append(f"sequential disk read (cold) {c['disk_sequential_mb_s']:.0f} MB/s")
+    if c.get("h2d_pinned_mb_s"):
+        parts.append(f"host→GPU copy {c['h2d_pinned_mb_s']:.0f} MB/s pinned, "
+                     f"{c['h2d_pageable_mb_s']:.0f} MB/s pageable")
+    return "ceilings:\n" + "\n".join(f"  {p}" for p in parts)
+
+
+def _stages(report: BenchReport) -> str:
+    lines = ["stages alone (one thread each; ×N: how many at once in this loader):"]
+    width = max(len(s.name) for s in report.stages)
+    for s in report.stages:
+        note = f"  ({s.note})" if s.note else ""
+        lines.append(f"  {s.name.ljust(width)}  {s.seconds_per_sample * 1e3:8.3f} ms/sample  "
+                     f"×{s.parallel}{note}")
+    return "\n".join(lines)

@@ -1,0 +1,199 @@
+"""The verdict: from stage timings and a loader run to the bottleneck and what to change.
+
+A pure function of numbers (``diagnose(Evidence) -> Verdict``), so it is testable on made-up
+cases. The model: a loader runs each sample through its stages; a stage that takes ``s``
+seconds per sample and runs ``p`` at once can deliver ``p / s`` samples/s (CPU stages at most
+one per core). The stage group (I/O, CPU, transfer) that can deliver the fewest samples/s is the
+bottleneck, unless a training step is given and the loop barely waits for data: then the model is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+Bottleneck = Literal["io", "cpu", "transfer", "model"]
+MODEL_BOUND_WAIT = 0.10
+"""The loop waiting for data at most this fraction of its time is model-bound."""
+DECODE_SHARE = 0.4
+"""CPU-bound with decoding at least this share of the CPU time is CPU-decode-bound."""
+
+
+class StageLike(Protocol):
+    name: str
+    kind: str  # "io", "cpu" or "transfer"
+    seconds_per_sample: float
+    parallel: int
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the verdict is drawn from.
+
+    Attributes:
+        stages: per-stage seconds per sample on one thread, and how many the loader runs at once.
+        cores: cores available to the loader.
+        batch_size: samples per batch (turns a model step into samples/s).
+        source: ``"folder"`` (small files) or ``"packed"`` (fastload shards).
+        loader_rate: samples/s the loader delivered end to end (None: not run).
+        wait_fraction: share of the loop's time spent waiting for data, measured with the step.
+        model_step_s: the training step stood in for (None: none given).
+        reduced_decode: the loader already decodes JPEGs at reduced scale.
+        reduced_decode_s: seconds per sample of fastload's reduced-scale decode + crop on these
+            images (None: not measured); advised only when faster than decode + transform now.
+        pinned: the loader pins batches (None: no CUDA, transfer not measured).
+    """
+
+    stages: Sequence[StageLike]
+    cores: int
+    batch_size: int
+    source: Literal["folder", "packed"] = "folder"
+    loader_rate: float | None = None
+    wait_fraction: float | None = None
+    model_step_s: float | None = None
+    reduced_decode: bool = False
+    reduced_decode_s: float | None = None
+    pinned: bool | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The bottleneck, the stage behind it, why, and concrete changes, most effective first."""
+
+    bottleneck: Bottleneck
+    label: str
+    stage: str | None
+    reason: str
+    advice: list[str]
+    capacities: dict[str, float] = field(default_factory=dict)  # stage group → samples/s it allows
+    predicted_rate: float | None = None  # samples/s all stages together allow
+    wait_fraction: float | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+    def __str__(self) -> str:
+        lines = [f"verdict: {self.label} — {self.reason}"]
+        lines += [f"  - {a}" for a in self.advice]
+        return "\n".join(lines)
+
+
+def diagnose(e: Evidence) -> Verdict:
+    """Name the bottleneck of the loader described by ``e``, and what to change."""
+    if not e.stages:
+        raise ValueError("diagnose: no stage timings; measure the stages first (fastload doctor)")
+    load = {g: _load(e, g) for g in ("io", "cpu", "transfer")}  # seconds per sample of each group
+    capacities = {g: 1.0 / s for g, s in load.items() if s > 0}
+    total = sum(load.values())
+    predicted = 1.0 / total if total > 0 else None
+    group = max(load, key=lambda g: load[g])
+    worst = max((s for s in e.stages if s.kind == group), key=lambda s: s.seconds_per_sample / _par(e, s))
+    decode = [s for s in e.stages if s.kind == "cpu" and s.name.startswith("decode")]
+    if group == "cpu" and decode and sum(s.seconds_per_sample / _par(e, s) for s in decode) >= \
+            DECODE_SHARE * load["cpu"]:
+        worst = decode[0]  # a resize of the full-size image is decode's cost too: draft fixes both
+    wait = e.wait_fraction
+    if e.model_step_s:
+        model_rate = e.batch_size / e.model_step_s
+        data_rate = e.loader_rate or predicted or 0.0
+        waits_little = wait <= MODEL_BOUND_WAIT if wait is not None else data_rate >= 1.1 * model_rate
+        if waits_little:
+            return Verdict("model", "model-bound", None, _model_reason(e, wait, data_rate, model_rate),
+                           _MODEL_ADVICE, capacities, predicted, wait)
+    reason = _reason(e, group, worst, load, predicted)
+    return Verdict(group, _label(group, worst.name), worst.name, reason,  # type: ignore[arg-type]
+                   _advice(e, group, worst), capacities, predicted, wait)
+
+
+def _par(e: Evidence, stage: StageLike) -> int:
+    p = max(1, int(stage.parallel))
+    return min(p, max(1, e.cores)) if stage.kind == "cpu" else p
+
+
+def _load(e: Evidence, group: str) -> float:
+    return sum(s.seconds_per_sample / _par(e, s) for s in e.stages if s.kind == group)
+
+
+def _label(group: str, stage: str) -> str:
+    if group == "io":
+        return "I/O-bound"
+    if group == "transfer":
+        return "transfer-bound"
+    return "CPU-decode-bound" if stage.startswith("decode") else f"CPU-bound ({stage})"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms" if seconds < 0.1 else f"{seconds * 1e3:.0f} ms"
+
+
+def _reason(e: Evidence, group: str, worst: StageLike, load: dict[str, float],
+            predicted: float | None) -> str:
+    share = load[group] / sum(load.values())
+    what = {"io": "reading", "cpu": "CPU work", "transfer": "the copy to the GPU"}[group]
+    text = (f"{what} is {share:.0%} of a sample's cost; {worst.name} takes "
+            f"{_ms(worst.seconds_per_sample)} per sample on one "
+            f"{'core' if worst.kind == 'cpu' else 'thread'}, {_par(e, worst)} at a time in this loader")
+    if predicted is not None:
+        text += f" (the stages allow about {predicted:.0f} samples/s"
+        text += f", the loader delivered {e.loader_rate:.0f})" if e.loader_rate else ")"
+    if e.model_step_s and e.wait_fraction is not None:
+        text += f"; the training loop waits for data {e.wait_fraction:.0%} of the time"
+    return text
+
+
+def _model_reason(e: Evidence, wait: float | None, data_rate: float, model_rate: float) -> str:
+    step = f"the {_ms(e.model_step_s or 0)} step consumes {model_rate:.0f} samples/s"
+    if wait is not None:
+        return f"the training loop waits for data only {wait:.0%} of the time; {step}"
+    return f"the data arrives at {data_rate:.0f} samples/s, {step}"
+
+
+_MODEL_ADVICE = [
+    "the loader is not the problem: a faster one would not speed up training",
+    "speed up the step itself: mixed precision, channels_last, torch.compile, a larger batch per GPU",
+]
+
+
+def _advice(e: Evidence, group: str, worst: StageLike) -> list[str]:
+    cpu_par = max((_par(e, s) for s in e.stages if s.kind == "cpu"), default=1)
+    more_workers = (f"use every core: num_workers={e.cores} (this loader runs {cpu_par} at a time)"
+                    if cpu_par < e.cores else None)
+    out: list[str | None]
+    if group == "io":
+        out = ["pack the files into shards: `fastload pack SRC`, then `fastload bench SRC --packed "
+               "SRC.fl` shows the gain (one large file instead of an open/read/close per sample)"
+               if e.source == "folder" else
+               "re-pack smaller (`fastload pack SRC --max-side 500`): fewer bytes to read per sample",
+               "put the data on a local disk (local NVMe, or enough RAM for the page cache) rather than "
+               f"a network share: a read costs {_ms(worst.seconds_per_sample)} here",
+               "keep more reads in flight: more loader workers than cores help, since reads wait on "
+               f"the disk, not the CPU (now {_par(e, worst)} at a time)"]
+    elif group == "transfer":
+        out = [None if e.pinned else "pin_memory=True: pinned pages copy asynchronously and faster",
+               "ship uint8 and normalise on the GPU: fastload.DataLoader(..., device='cuda', mean=..., "
+               "std=...) copies 4× fewer bytes than float32",
+               "copy on a side stream one batch ahead (fastload.DataLoader(device='cuda'))"]
+    elif worst.name.startswith("decode"):
+        out = [more_workers, None if e.reduced_decode else _reduced_advice(e),
+               "pre-resize at pack time: `fastload pack SRC --max-side 320` (smaller JPEGs decode faster; "
+               "lossy, recorded in the manifest)",
+               "decode on the GPU with DALI: fastload.DataLoader(..., backend='dali') "
+               "(pip install nvidia-dali-cuda120)"]
+    else:
+        out = [more_workers,
+               f"{worst.name} costs {_ms(worst.seconds_per_sample)} per sample: make it cheaper, or run "
+               "augmentations on the GPU on uint8 batches"]
+    return [a for a in out if a]
+
+
+def _reduced_advice(e: Evidence) -> str | None:
+    text = ("decode at reduced scale: fastload.PackedDataset(path, image_size=224) lets libjpeg decode "
+            "at 1/2–1/8 scale whenever the crop allows (pack first: `fastload pack SRC`)")
+    if e.reduced_decode_s is None:
+        return text
+    now = sum(s.seconds_per_sample for s in e.stages
+              if s.kind == "cpu" and (s.name.startswith("decode") or s.name == "transform"))
+    if e.reduced_decode_s >= 0.9 * now:
+        return None  # measured: these images are too small for a reduced decode to pay
+    return text + f"; measured here: {_ms(e.reduced_decode_s)} per sample against {_ms(now)} now"

@@ -1,0 +1,165 @@
+"""`fastload bench`, `fastload doctor` and `fastload tune` on tiny data: output, JSON, PNG, errors."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from fastload.benchmark import validate
+from tests.conftest import fastload_command, write_tree
+
+QUICK = ["--batch-size", "4", "--image-size", "32", "--duration", "0.3", "--samples", "8"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def table_rows(out: str) -> dict[str, str]:
+    """Row name → its line, for the lines of the table (from the header to the first blank line)."""
+    lines = out.splitlines()
+    start = next(k for k, ln in enumerate(lines) if ln.startswith("run "))
+    rows = {}
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        rows[line.split("  ")[0]] = line
+    return rows
+
+
+def test_bench_folder_and_both_packs_table_json_plot_and_verdict(cli, photos, tmp_path):
+    out_json, out_png = tmp_path / "r" / "bench.json", tmp_path / "bench.png"
+    result = cli("bench", photos("folder"), "--packed", photos("lmdb"), "--packed", photos("hdf5"), *QUICK,
+                 "--no-dali", "--stages", "--json", out_json, "--plot", out_png)
+    assert result.rc == 0, result.out + result.err
+    assert result.out.startswith(f"fastload bench: {photos('folder')}; batches of 4, 32 px train crops")
+    rows = table_rows(result.out)
+    assert list(rows) == ["torch ImageFolder, defaults", "torch ImageFolder, tuned w2 pf4",
+                          "raw reads: small files", "raw reads: fastload lmdb", "raw reads: fastload hdf5",
+                          "fastload lmdb", "fastload hdf5", "doctor: torch ImageFolderBaseline"]
+    torch_rows = [rows["torch ImageFolder, tuned w2 pf4"], rows["torch ImageFolder, defaults"]]
+    assert any(" ref " in row for row in torch_rows)
+    assert "\nverdict: " in result.out and "\nstages alone" in result.out and "\nceilings:" in result.out
+    assert f"json: {out_json}" in result.out and f"plot: {out_png}" in result.out
+
+    doc = json.loads(out_json.read_text())
+    assert validate(doc) == []
+    assert doc["command"] == "bench" and doc["verdict"]["bottleneck"] in ("io", "cpu")
+    assert doc["config"]["packed"] == [str(photos("lmdb")), str(photos("hdf5"))]
+    assert all(r["status"] == "ok" and r["samples"] >= 8 for r in doc["runs"])
+    assert {r["source"] for r in doc["runs"]} == {"folder", "lmdb", "hdf5"}
+    png = out_png.read_bytes()
+    assert png.startswith(PNG_MAGIC) and len(png) > 10_000
+
+
+def test_bench_a_folder_alone_packs_it_temporarily(cli, photos, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    result = cli("bench", photos("folder"), *QUICK, "--no-dali", "--work", work, "--torch-workers", "1")
+    assert result.rc == 0, result.err
+    assert "raw reads: fastload lmdb" in table_rows(result.out)
+    assert "into a temporary LMDB dataset" in result.out
+    assert f"`fastload pack {photos('folder')}`" in result.out
+    assert list(work.iterdir()) == []  # removed after the run
+
+
+def test_bench_a_packed_dataset_finds_its_source_folder(cli, photos):
+    result = cli("bench", photos("lmdb"), *QUICK, "--no-dali", "--torch-workers", "1")
+    assert result.rc == 0, result.err
+    assert "torch ImageFolder, defaults" in table_rows(result.out)
+    assert f"baseline: the source folder in the manifest, {photos('folder')}" in result.out
+
+
+def test_bench_with_the_dali_row(cli, photos):
+    result = cli("bench", photos("lmdb"), *QUICK, "--torch-workers", "1")
+    rows = table_rows(result.out)
+    dali = rows["fastload lmdb, DALI backend"]
+    assert " failed " not in f" {dali} ", dali  # it runs, or is skipped with the reason
+
+
+def test_doctor_prints_stages_verdict_and_data_wait(cli, photos, tmp_path):
+    result = cli("doctor", photos("folder"), *QUICK, "--num-workers", "0", "--model-step-ms", "150",
+                 "--json", tmp_path / "d.json", "--plot", tmp_path / "d.png")
+    assert result.rc == 0, result.err
+    assert "data wait" in result.out.splitlines()[3]
+    assert "verdict: model-bound" in result.out
+    doc = json.loads((tmp_path / "d.json").read_text())
+    assert validate(doc) == [] and doc["command"] == "doctor" and doc["config"]["num_workers"] == 0
+    assert [s["name"] for s in doc["stages"]] == ["read", "decode", "transform", "collate"]
+    assert (tmp_path / "d.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_doctor_on_a_packed_dataset(cli, photos):
+    result = cli("doctor", photos("hdf5"), *QUICK)
+    assert result.rc == 0, result.err
+    assert "doctor: fastload hdf5" in table_rows(result.out) and "\nverdict: " in result.out
+
+
+@pytest.mark.parametrize("case", ["missing", "empty folder", "a file", "no images", "packed not a dataset",
+                                  "doctor missing"])
+def test_a_bad_src_fails_clearly(cli, tmp_path, photos, case):
+    src, extra = tmp_path / "nope", []
+    expected = f"{src}: no such image folder or packed dataset; check the path"
+    command = "doctor" if case == "doctor missing" else "bench"
+    if case == "empty folder":
+        src = tmp_path / "empty"
+        src.mkdir()
+        expected = f"{src}: no files with extensions .jpg"
+    elif case == "a file":
+        src = tmp_path / "x.jpg"
+        src.write_bytes(b"x")
+        expected = f"{src}: is a file; pass an image folder or a packed dataset"
+    elif case == "no images":
+        src = tmp_path / "docs"
+        write_tree(src, {"a/readme.txt": b"hello"})
+        expected = "no files with extensions"
+    elif case == "packed not a dataset":
+        src = photos("folder")
+        extra = ["--packed", tmp_path]
+        expected = f"{tmp_path}: has no manifest.json, so it is not a finished dataset"
+    result = cli(command, src, *extra, *QUICK)
+    assert result.rc == 2 and result.out == ""
+    assert result.err.startswith("fastload: error: ") and expected in result.err
+    assert "Traceback" not in result.err
+
+
+def test_bad_bounds_fail_clearly(cli, photos):
+    result = cli("bench", photos("lmdb"), "--duration", "0")
+    assert result.rc == 2 and "duration=0.0: must be a positive number of seconds" in result.err
+    result = cli("doctor", photos("lmdb"), "--samples", "0")
+    assert result.rc == 2 and "samples=0: must be at least 1" in result.err
+
+
+def test_tune_prints_the_settings_and_the_grid(cli, photos):
+    result = cli("tune", photos("lmdb"), "--batch-size", "4", "--image-size", "32", "--batches", "1")
+    assert result.rc == 0, result.err
+    assert result.out.startswith("LoaderSettings(mode=") and "  tune: best of " in result.out
+    result = cli("tune", photos("lmdb"), "--batch-size", "4", "--image-size", "32", "--batches", "1",
+                 "--json")
+    doc = json.loads(result.out)
+    assert doc["mode"] in ("main", "threads", "processes") and "tune" in doc["reasons"]
+    missing = cli("tune", photos("folder"))
+    assert missing.rc == 2 and "has no manifest.json" in missing.err
+
+
+def test_ctrl_c_prints_the_partial_table(photos, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.Popen(fastload_command("bench", photos("folder"), "--batch-size", "4", "--image-size",
+                                             "32", "--duration", "60", "--no-dali", "--work", work),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(work.glob("*/sample.fl/manifest.json")):  # packed: the first row starts now
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    rows = table_rows(out)
+    assert list(rows)[0] == "torch ImageFolder, defaults" and "[partial: interrupted]" in rows[
+        "torch ImageFolder, defaults"]
+    assert "interrupted: the table holds what was measured before Ctrl-C" in out
+    assert "Traceback" not in err and list(Path(work).iterdir()) == []

@@ -1,0 +1,141 @@
+"""The verdict as a pure function: constructed stage timings → bottleneck and advice."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from fastload.benchmark.verdict import MODEL_BOUND_WAIT, Evidence, diagnose
+
+
+@dataclass
+class S:
+    name: str
+    kind: str
+    seconds_per_sample: float
+    parallel: int = 1
+
+
+def stages(read: float = 50e-6, decode: float = 4e-3, transform: float = 1e-3, collate: float = 20e-6,
+           parallel: int = 2, transfer: float | None = None) -> list[S]:
+    out = [S("read", "io", read, parallel), S("decode", "cpu", decode, parallel),
+           S("transform", "cpu", transform, parallel), S("collate", "cpu", collate, parallel)]
+    if transfer is not None:
+        out.append(S("transfer", "transfer", transfer, 1))
+    return out
+
+
+def test_a_slow_read_is_io_bound_and_says_pack_the_files():
+    v = diagnose(Evidence(stages(read=20e-3), cores=2, batch_size=64, source="folder"))
+    assert v.bottleneck == "io" and v.label == "I/O-bound" and v.stage == "read"
+    assert "20.00 ms" in v.reason and "reading is" in v.reason
+    assert any("fastload pack SRC" in a for a in v.advice)
+    assert any("local disk" in a for a in v.advice) and any("reads in flight" in a for a in v.advice)
+
+
+def test_io_bound_on_packed_data_does_not_say_pack_again():
+    v = diagnose(Evidence(stages(read=20e-3), cores=2, batch_size=64, source="packed"))
+    assert v.bottleneck == "io"
+    assert not any("`fastload pack SRC`, then" in a for a in v.advice)
+    assert any("--max-side" in a for a in v.advice)
+
+
+def test_reads_in_flight_raise_the_io_capacity():
+    # 8 reads at once at 8 ms each (1 ms a sample) outrun 2 cores decoding at 5 ms (2.5 ms a sample)
+    many = stages(read=8e-3, parallel=8)
+    for s in many[1:]:
+        s.parallel = 2
+    assert diagnose(Evidence(many, cores=2, batch_size=64)).bottleneck == "cpu"
+    # two reads at once: 4 ms a sample against 2.5 ms
+    assert diagnose(Evidence(stages(read=8e-3, parallel=2), cores=2, batch_size=64)).bottleneck == "io"
+
+
+def test_decode_bound_advice_names_reduced_decode_pre_resize_and_dali():
+    v = diagnose(Evidence(stages(), cores=2, batch_size=64, source="folder"))
+    assert v.bottleneck == "cpu" and v.label == "CPU-decode-bound" and v.stage == "decode"
+    text = " ".join(v.advice)
+    assert "reduced scale" in text and "--max-side" in text and "backend='dali'" in text
+    assert "num_workers" not in text  # already one per core
+    assert v.capacities["cpu"] == pytest.approx(1 / ((4e-3 + 1e-3 + 20e-6) / 2))
+    assert v.predicted_rate == pytest.approx(1 / (50e-6 / 2 + (4e-3 + 1e-3 + 20e-6) / 2))
+
+
+def test_reduced_decode_is_advised_only_where_it_measures_faster():
+    faster = diagnose(Evidence(stages(), cores=2, batch_size=64, reduced_decode_s=2e-3))
+    assert any("measured here: 2.00 ms per sample against 5.00 ms now" in a for a in faster.advice)
+    slower = diagnose(Evidence(stages(), cores=2, batch_size=64, reduced_decode_s=4.8e-3))
+    assert slower.bottleneck == "cpu" and not any("reduced scale" in a for a in slower.advice)
+    assert any("--max-side" in a for a in slower.advice)
+
+
+def test_too_few_workers_is_the_first_advice():
+    v = diagnose(Evidence(stages(parallel=1), cores=4, batch_size=64))
+    assert v.bottleneck == "cpu" and v.advice[0].startswith("use every core: num_workers=4")
+
+
+def test_cpu_stages_never_count_more_than_the_cores():
+    wide = diagnose(Evidence(stages(parallel=16), cores=2, batch_size=64))
+    assert wide.capacities["cpu"] == pytest.approx(diagnose(Evidence(stages(parallel=2), cores=2,
+                                                                     batch_size=64)).capacities["cpu"])
+
+
+def test_reduced_decode_already_on_is_not_advised_again():
+    v = diagnose(Evidence(stages(), cores=2, batch_size=64, source="packed", reduced_decode=True))
+    assert v.bottleneck == "cpu" and not any("reduced scale" in a for a in v.advice)
+
+
+def test_a_slow_transform_is_cpu_bound_on_the_transform():
+    v = diagnose(Evidence(stages(decode=1e-3, transform=15e-3), cores=2, batch_size=64))
+    assert v.bottleneck == "cpu" and v.stage == "transform" and v.label == "CPU-bound (transform)"
+    assert any("transform costs 15.00 ms" in a for a in v.advice)
+
+
+def test_decode_close_to_transform_counts_as_decode_bound():
+    # a full-size resize is decode's cost too: reduced-scale decode shrinks both
+    v = diagnose(Evidence(stages(decode=0.8e-3, transform=0.85e-3), cores=2, batch_size=64))
+    assert v.label == "CPU-decode-bound"
+
+
+def test_a_slow_copy_is_transfer_bound():
+    v = diagnose(Evidence(stages(transfer=10e-3), cores=2, batch_size=64, pinned=False))
+    assert v.bottleneck == "transfer" and v.label == "transfer-bound"
+    assert any("pin_memory=True" in a for a in v.advice) and any("uint8" in a for a in v.advice)
+    pinned = diagnose(Evidence(stages(transfer=10e-3), cores=2, batch_size=64, pinned=True))
+    assert not any("pin_memory" in a for a in pinned.advice)
+
+
+@pytest.mark.parametrize("wait", [0.0, MODEL_BOUND_WAIT])
+def test_a_loop_that_barely_waits_is_model_bound(wait):
+    v = diagnose(Evidence(stages(read=20e-3), cores=2, batch_size=64, wait_fraction=wait,
+                          model_step_s=0.5, loader_rate=100))
+    assert v.bottleneck == "model" and v.label == "model-bound" and v.stage is None
+    assert f"{wait:.0%} of the time" in v.reason and "not the problem" in v.advice[0]
+
+
+def test_a_loop_that_waits_names_the_data_stage_and_the_wait():
+    v = diagnose(Evidence(stages(read=20e-3), cores=2, batch_size=64, wait_fraction=0.6,
+                          model_step_s=0.05, loader_rate=100))
+    assert v.bottleneck == "io" and "waits for data 60% of the time" in v.reason
+    assert v.wait_fraction == 0.6
+
+
+def test_model_bound_without_a_measured_wait_compares_rates():
+    fast_data = Evidence(stages(), cores=2, batch_size=64, model_step_s=1.0, loader_rate=400)
+    assert diagnose(fast_data).bottleneck == "model"  # 400/s of data, the step takes 64/s
+    slow_data = Evidence(stages(), cores=2, batch_size=64, model_step_s=0.01, loader_rate=400)
+    assert diagnose(slow_data).bottleneck == "cpu"  # the step would take 6400/s
+
+
+def test_no_model_step_is_never_model_bound():
+    assert diagnose(Evidence(stages(), cores=2, batch_size=64, wait_fraction=0.0)).bottleneck == "cpu"
+
+
+def test_no_stages_is_an_error_that_says_what_to_do():
+    with pytest.raises(ValueError, match="no stage timings; measure the stages first"):
+        diagnose(Evidence([], cores=2, batch_size=64))
+
+
+def test_the_verdict_prints_its_label_reason_and_advice():
+    text = str(diagnose(Evidence(stages(read=20e-3), cores=2, batch_size=64)))
+    assert text.startswith("verdict: I/O-bound — reading is ") and "\n  - pack the files" in text
