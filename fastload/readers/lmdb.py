@@ -32,7 +32,11 @@ class LMDBReader(ShardReader):
             # LMDB maps the file: reading past the end of a truncated one is a SIGBUS, not an error.
             raise ManifestError(f"{path}: {st.st_size} bytes on disk, the manifest says {info.bytes} "
                                 "(truncated or replaced); re-pack the dataset")
-        return _open_env(path, (st.st_dev, st.st_ino))
+        # Records of tens of KB span many pages: let the kernel read a record's pages in one go
+        # (measured cold, ~105 KB photos: 68 MB/s with readahead off, 300 MB/s on). Tiny
+        # records keep it off, so a random read does not drag in its neighbours.
+        readahead = info.data_bytes >= _READAHEAD_MIN_RECORD * max(info.num_records, 1)
+        return _open_env(path, (st.st_dev, st.st_ino), readahead)
 
     def close_handle(self, handle: Any) -> None:
         pass  # shared with other readers: it closes when the last one drops it
@@ -73,16 +77,19 @@ _open_envs: weakref.WeakValueDictionary[tuple[int, int], lmdb.Environment] = wea
 _open_lock = threading.Lock()
 
 
-def _open_env(path: Path, key: tuple[int, int]) -> lmdb.Environment:
+_READAHEAD_MIN_RECORD = 16 * 1024
+
+
+def _open_env(path: Path, key: tuple[int, int], readahead: bool) -> lmdb.Environment:
     with _open_lock:
         env = _open_envs.get(key)
         if env is None:
-            env = _open_retrying(path)
+            env = _open_retrying(path, readahead)
             _open_envs[key] = env
         return env
 
 
-def _open_retrying(path: Path, wait_s: float = 2.0) -> lmdb.Environment:
+def _open_retrying(path: Path, readahead: bool, wait_s: float = 2.0) -> lmdb.Environment:
     """``lmdb.open``, waiting out an environment on the same file that is still closing.
 
     The last reader dropping an environment takes it out of ``_open_envs`` before py-lmdb has
@@ -92,8 +99,8 @@ def _open_retrying(path: Path, wait_s: float = 2.0) -> lmdb.Environment:
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            # lock=False: read-only data never changes; readahead=False: random access on big sets.
-            return lmdb.open(str(path), subdir=False, readonly=True, lock=False, readahead=False,
+            # lock=False: read-only data never changes, so no lock file and no reader table.
+            return lmdb.open(str(path), subdir=False, readonly=True, lock=False, readahead=readahead,
                              max_readers=1024, max_dbs=0)
         except lmdb.Error as exc:
             if "already open" not in str(exc) or time.monotonic() > deadline:
