@@ -15,6 +15,7 @@ import lmdb
 from fastload.errors import ManifestError
 from fastload.format import lmdb_key
 from fastload.readers.base import ShardReader
+from fastload.readers.lmdb_pages import DamagedShard, check_tree
 
 
 class LMDBReader(ShardReader):
@@ -84,9 +85,22 @@ def _open_env(path: Path, key: tuple[int, int], readahead: bool) -> lmdb.Environ
     with _open_lock:
         env = _open_envs.get(key)
         if env is None:
+            _check_pages(path)
             env = _open_retrying(path, readahead)
             _open_envs[key] = env
         return env
+
+
+def _check_pages(path: Path) -> None:
+    """Refuse a shard whose B-tree points outside the file: liblmdb would crash reading it."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        check_tree(fd, os.fstat(fd).st_size)
+    except DamagedShard as exc:
+        raise ManifestError(f"{path}: damaged LMDB shard ({exc}); run `fastload verify` on the "
+                            "dataset and re-pack it") from None
+    finally:
+        os.close(fd)
 
 
 def _open_retrying(path: Path, readahead: bool, wait_s: float = 2.0) -> lmdb.Environment:

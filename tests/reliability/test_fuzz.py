@@ -241,14 +241,8 @@ def test_damaged_index_files_are_refused_at_open(sound, examples):
 
 # --- shard bytes ----------------------------------------------------------------------------------
 
-LMDB_TRUSTS_ITS_PAGES = pytest.mark.xfail(
-    strict=False, raises=AssertionError,
-    reason="some changed bytes of an LMDB page crash liblmdb (SIGBUS); found here, pinned down in "
-           "test_open_faults.py::test_a_damaged_lmdb_page_pointer_is_an_error_not_a_crash")
-
-
 @pytest.mark.parametrize("examples", DEPTH)
-@pytest.mark.parametrize("storage", [pytest.param("lmdb", marks=LMDB_TRUSTS_ITS_PAGES), "hdf5"])
+@pytest.mark.parametrize("storage", ["lmdb", "hdf5"])
 def test_shard_bytes_changed_in_place_never_read_back_wrong(sound, storage, examples):
     """Up to 8 bytes of a shard file changed anywhere (B-tree pages, HDF5 headers, payloads):
     every record reads back exactly as packed or raises a documented error; the process survives."""

@@ -1,0 +1,103 @@
+"""LMDB page walk: prove a shard's B-tree stays inside its file before liblmdb maps it.
+
+liblmdb trusts the offsets and sizes inside its pages; one changed byte of a node pointer makes it
+read past the end of the mapped file, and the process dies of SIGBUS, where Python cannot catch
+it. So before a shard is opened, its meta page and every branch and leaf page reachable from the
+root are read with ``pread`` (no mapping) and checked: node offsets inside their page, keys and
+inline values inside their node's page, child and overflow pages inside the file. Record bytes
+themselves are not read: their checksums catch damage there. A shard of ~100 KB records has a few
+dozen such pages per 256 MB; one of tiny records has one per ~4 KB of records.
+
+Layout (LMDB 0.9, 64-bit): a 16-byte page header (pgno u64, pad u16, flags u16, lower u16,
+upper u16); the meta page holds the two databases' records and the transaction id; a node is
+(lo u16, hi u16, flags u16, key size u16, key, data).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+_HEADER = 16
+_BRANCH, _LEAF, _OVERFLOW, _LEAF2, _SUBPAGE = 0x01, 0x02, 0x04, 0x20, 0x40
+_BIGDATA = 0x01
+_MAGIC = 0xBEEFC0DE
+_INVALID = 2**64 - 1
+# meta after the page header: magic, version, address, mapsize, then free and main db records
+# (pad u32, flags u16, depth u16, 4 page/entry counts, root), then last page and txn id.
+_META = struct.Struct("<IIQQ" + "IHHQQQQQ" * 2 + "QQ")
+_NODE = struct.Struct("<HHHH")
+
+
+class DamagedShard(Exception):
+    """The shard's structure points outside itself; the message says where."""
+
+
+def check_tree(fd: int, file_size: int) -> None:
+    """Walk the main database's B-tree of the LMDB file open as ``fd``; raise DamagedShard."""
+    page_size, root, last_page = _meta(fd, file_size)
+    if root == _INVALID:
+        return  # an empty database
+    pages = file_size // page_size
+    if last_page >= pages:
+        raise DamagedShard(f"the meta page says the file has {last_page + 1} pages, it has {pages}")
+    todo, seen = [root], set()
+    while todo:
+        pgno = todo.pop()
+        if not 2 <= pgno <= last_page or pgno in seen:
+            raise DamagedShard(f"a page points to page {pgno} (file pages 2..{last_page}, or a loop)")
+        seen.add(pgno)
+        page = os.pread(fd, page_size, pgno * page_size)
+        _, _, flags, lower, upper = struct.unpack_from("<QHHHH", page)
+        if flags & (_LEAF2 | _SUBPAGE) or not flags & (_BRANCH | _LEAF):
+            raise DamagedShard(f"page {pgno} has flags {flags:#x}, not a branch or leaf page")
+        if not _HEADER <= lower <= upper <= page_size:
+            raise DamagedShard(f"page {pgno} has bounds lower={lower} upper={upper}")
+        for k in range((lower - _HEADER) // 2):
+            (at,) = struct.unpack_from("<H", page, _HEADER + 2 * k)
+            _check_node(page, pgno, at, upper, bool(flags & _BRANCH), last_page, page_size, todo)
+
+
+def _meta(fd: int, file_size: int) -> tuple[int, int, int]:
+    """(page size, main root, last page) from the meta page with the newer transaction, as
+    liblmdb picks it."""
+    first = _read_meta(fd, 0)
+    page_size = first[0] or 4096
+    if page_size not in (4096, 8192, 16384, 32768, 65536) or file_size % page_size or file_size < 2 * page_size:
+        raise DamagedShard(f"page size {page_size} does not fit a {file_size}-byte file")
+    second = _read_meta(fd, page_size)
+    _, root, last_page, _ = max(first, second, key=lambda meta: meta[3])
+    return page_size, root, last_page
+
+
+def _read_meta(fd: int, offset: int) -> tuple[int, int, int, int]:
+    """(page size, main root, last page, transaction id) of the meta page at ``offset``."""
+    raw = os.pread(fd, _HEADER + _META.size, offset)
+    if len(raw) < _HEADER + _META.size:
+        raise DamagedShard(f"the file ends inside the meta page at byte {offset}")
+    fields = _META.unpack_from(raw, _HEADER)
+    if fields[0] != _MAGIC:
+        raise DamagedShard(f"the meta page at byte {offset} has lost its magic number")
+    return fields[4], fields[19], fields[20], fields[21]
+
+
+def _check_node(page: bytes, pgno: int, at: int, upper: int, branch: bool, last_page: int,
+                page_size: int, todo: list[int]) -> None:
+    if not upper <= at <= page_size - _NODE.size:
+        raise DamagedShard(f"page {pgno} has a node at offset {at}, outside its node area")
+    lo, hi, flags, key_size = _NODE.unpack_from(page, at)
+    end = at + _NODE.size + key_size
+    if branch:
+        if end > page_size:
+            raise DamagedShard(f"page {pgno}: a key at offset {at} runs past the page")
+        todo.append(lo | hi << 16 | flags << 32)
+        return
+    size = lo | hi << 16
+    if flags & _BIGDATA:
+        if end + 8 > page_size:
+            raise DamagedShard(f"page {pgno}: a node at offset {at} runs past the page")
+        (first,) = struct.unpack_from("<Q", page, end)
+        if not 2 <= first <= last_page or first * page_size + _HEADER + size > (last_page + 1) * page_size:
+            raise DamagedShard(f"page {pgno}: a record of {size} bytes at page {first} runs past the file")
+    elif end + size > page_size:
+        raise DamagedShard(f"page {pgno}: a node at offset {at} runs past the page")
