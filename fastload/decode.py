@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import io
 import struct
 import threading
 import zlib
+from typing import Any
 
 import numpy as np
 import torch
@@ -192,11 +194,14 @@ def decode_crop(
     # Clamp for float round-off at the right and bottom edges.
     x1 = min(float(img.width), (left + box_w) / scale)
     y1 = min(float(img.height), (top + box_h) / scale)
-    if (plan.crop_first and reducing_gap is None and all(float(v).is_integer() for v in (x0, y0, x1, y1))
-            and _torch_on_one_core()):
+    whole = plan.crop_first and all(float(v).is_integer() for v in (x0, y0, x1, y1))
+    if whole and reducing_gap is None and _torch_on_one_core():
         return _resize_whole_pixels(img, (int(x0), int(y0), int(x1), int(y1)), plan, out)
-    img = img.resize((out_w, out_h), Image.BILINEAR, box=(x0, y0, x1, y1),
-                     reducing_gap=reducing_gap)
+    if whole:  # cut out first here too: the same edge rows as the torch kernel, within rounding
+        img = img.crop((int(x0), int(y0), int(x1), int(y1))).resize((out_w, out_h), Image.BILINEAR,
+                                                                     reducing_gap=reducing_gap)
+    else:
+        img = img.resize((out_w, out_h), Image.BILINEAR, box=(x0, y0, x1, y1), reducing_gap=reducing_gap)
     if plan.flip:
         img = img.transpose(Image.FLIP_LEFT_RIGHT)
     pixels = np.asarray(img.convert("RGB") if img.mode == "L" else img)
@@ -209,22 +214,34 @@ def decode_crop(
 _decode_thread = threading.local()
 
 
+def _omp_setter() -> Any:
+    """OpenMP's own ``omp_set_num_threads``, which changes the calling thread only (torch's
+    ``set_num_threads`` also changes the default of every thread started later); None if absent."""
+    try:
+        return ctypes.CDLL(None).omp_set_num_threads
+    except (OSError, AttributeError):
+        return None
+
+
+_set_omp_threads = _omp_setter()
+
+
 def _torch_on_one_core() -> bool:
     """Whether torch kernels called from this thread run on one core.
 
     Decode threads run side by side, one image each; a torch kernel that fans out over every
-    core from each of them burns twice the CPU for the same wall time (measured). fastload's
-    decode and prefetch threads set one intra-op thread for themselves (torch then also uses
-    it as the default for threads started later); the main thread is the user's, and is left
-    as it is: there, the torch resize is used only when it is already single-threaded (as in
-    DataLoader worker processes).
+    core from each of them burns twice the CPU for the same wall time (measured). So a decode
+    thread of fastload's sets OpenMP to one thread for itself alone; no other thread's setting,
+    nor torch's default for new threads, changes. The main thread is the user's and is left as
+    it is: there the torch resize is used only when it is already single-threaded (as in a
+    DataLoader worker process).
     """
-    if threading.current_thread() is threading.main_thread():
-        return torch.get_num_threads() == 1
-    if not getattr(_decode_thread, "single", False):
-        torch.set_num_threads(1)
+    if threading.current_thread() is not threading.main_thread() and not getattr(_decode_thread, "single", False):
         _decode_thread.single = True
-    return True
+        torch.get_num_threads()  # torch's per-thread set-up first, so it cannot undo ours
+        if _set_omp_threads is not None:
+            _set_omp_threads(1)
+    return torch.get_num_threads() == 1
 
 
 def _resize_whole_pixels(img: Image.Image, box: tuple[int, int, int, int], plan: CropPlan,
