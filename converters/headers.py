@@ -40,10 +40,14 @@ def jpeg_header(data: bytes) -> Header:
     while True:
         if pos + 2 > end:
             raise BadHeader(f"truncated JPEG (ends at byte {end}, before the end-of-image marker)")
-        if data[pos] != 0xFF:
-            raise BadHeader(f"corrupt JPEG (no marker at byte {pos})")
+        if data[pos] != 0xFF:  # stray bytes between segments: libjpeg and Pillow skip them too
+            pos = data.find(b"\xff", pos)
+            if pos < 0:
+                raise BadHeader(f"truncated JPEG (ends at byte {end}, before the end-of-image marker)")
         while pos + 1 < end and data[pos + 1] == 0xFF:  # fill bytes before a marker
             pos += 1
+        if pos + 2 > end:
+            raise BadHeader(f"truncated JPEG (ends at byte {end}, inside a marker)")
         marker = data[pos + 1]
         if marker == _EOI:
             raise BadHeader(f"corrupt JPEG (end-of-image marker at byte {pos}, before any image data)")

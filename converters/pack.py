@@ -12,33 +12,30 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-import lmdb
-import numpy as np
-
 from converters.checks import DEFAULT_MAX_PIXELS, InvalidFile, check_image
+from converters.finalize import finalize
 from converters.plan import Journal, ShardPlan, plan_shards
 from converters.readahead import map_in_order, read_in_order
 from converters.reencode import reencode_jpeg
-from converters.report import PackReport, write_skipped_report
-from converters.sources import IMAGE_EXTENSIONS, Layout, Skip, SourceItem, list_source, normalize_extensions
+from converters.report import PackReport
+from converters.sources import IMAGE_EXTENSIONS, Layout, SourceItem, list_source, normalize_extensions
 from converters.writers import WRITERS
 from converters.writers.behind import WriteBehind, WriteFailed
 from fastload.config import available_cpus, parse_size
 from fastload.errors import PackError, SourceError
 from fastload.format import (
-    FIELD_PREFIX, FORMAT_VERSION, INDEX_DIR, MANIFEST_NAME, PACK_LOCK_NAME, PACK_STATE_DIR,
-    SKIPPED_REPORT_NAME, Manifest, ShardInfo, StorageKind, encode_strings, file_digest,
-    record_checksum, shard_name, write_columns, write_manifest,
+    FORMAT_VERSION, INDEX_DIR, MANIFEST_NAME, PACK_LOCK_NAME, PACK_STATE_DIR, SKIPPED_REPORT_NAME,
+    StorageKind, record_checksum, shard_name,
 )
 
 OnError = Literal["fail", "skip"]
 # Source bytes read ahead of the writer when files are decoded on a thread pool.
 _READ_AHEAD_BYTES = 64 * 2**20
 _WRITE_PROBE = ".pack.write-test"
+_FINISHED = "{out}: already holds a finished dataset; pass --overwrite to replace it"
 
 
 def default_out(src: Path) -> Path:
@@ -70,7 +67,7 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
     exts = normalize_extensions(extensions)
     listing = list_source(src_path, layout=layout, extensions=exts, on_error=on_error)
     _check_out_location(src_path, listing.root, out_path)
-    _prepare_out(out_path)
+    _prepare_out(out_path, overwrite)
     with _PackLock(out_path):
         _clear_finished(out_path, overwrite)  # under the lock: never delete what another pack writes
         # Read threads do not change what is written: a resume with other --workers keeps the shards.
@@ -79,7 +76,7 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
         writer = _Packer(listing.items, out_path, format, options, progress)
         shard_records = writer.run(plans)
         try:
-            report = _finalize(out_path, format, listing, plans, shard_records, options, exts)
+            report = finalize(out_path, format, listing, shard_records, options, exts)
         except OSError as exc:  # the finished shards stay: the same command resumes from them
             raise PackError(_write_error(out_path, "the index and manifest", exc)) from None
     report.resumed_shards = writer.resumed
@@ -118,10 +115,12 @@ def _check_out_location(src: Path, src_root: Path, out: Path) -> None:
         raise PackError(f"{out}: the source {src} is inside the output folder; choose another -o")
 
 
-def _prepare_out(out: Path) -> None:
+def _prepare_out(out: Path, overwrite: bool) -> None:
     """OUT must be new, empty, an unfinished pack (resumed) or a finished dataset; create it."""
     if out.exists() and not out.is_dir():
         raise PackError(f"{out}: exists and is not a folder; choose another -o")
+    if (out / MANIFEST_NAME).exists() and not overwrite:  # again under the lock
+        raise PackError(_FINISHED.format(out=out))
     if out.exists() and not (out / MANIFEST_NAME).exists():
         # What an interrupted pack leaves (it may die after the skipped report, before the manifest).
         ours = (PACK_STATE_DIR, PACK_LOCK_NAME, INDEX_DIR, SKIPPED_REPORT_NAME, SKIPPED_REPORT_NAME + ".tmp",
@@ -144,7 +143,7 @@ def _clear_finished(out: Path, overwrite: bool) -> None:
     if not (out / MANIFEST_NAME).exists():
         return
     if not overwrite:
-        raise PackError(f"{out}: already holds a finished dataset; pass --overwrite to replace it")
+        raise PackError(_FINISHED.format(out=out))
     os.unlink(out / MANIFEST_NAME)  # first: from here on it is an unfinished pack, never a dataset
     for entry in out.iterdir():
         if entry.name in (INDEX_DIR, PACK_STATE_DIR, SKIPPED_REPORT_NAME) or entry.name.startswith("shard-"):
@@ -238,8 +237,11 @@ class _Packer:
                                     max_items=workers * 8, max_weight=_READ_AHEAD_BYTES)
             return
         contents = read_in_order([self.items[i].path for i in indices], depth=workers * 8)
-        for index, data in zip(indices, contents):
-            yield self._examine(index, data)
+        try:
+            for index, data in zip(indices, contents):
+                yield self._examine(index, data)
+        finally:
+            contents.close()  # the files opened ahead
 
     def _load(self, index: int) -> _Loaded:
         try:
@@ -346,63 +348,3 @@ def _progress_bar(total: int, show: bool) -> Any:
 
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1000, desc="packing",
                 file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
-
-
-def _finalize(out: Path, storage: StorageKind, listing: Any, plans: list[ShardPlan],
-              records: list[dict[str, Any]], options: dict[str, Any], exts: tuple[str, ...]) -> PackReport:
-    """Index columns, skipped report, then the manifest, written last."""
-    skipped = list(listing.skipped) + [Skip(rel, reason) for r in records for rel, reason in r["skips"]]
-    items = np.array([i for r in records for i in r["items"]], dtype=np.int64)
-    if len(items) == 0:
-        raise PackError(f"{listing.root}: no file could be packed ({len(skipped)} skipped: first "
-                        f"{skipped[0].rel if skipped else '?'}: {skipped[0].reason if skipped else '?'})")
-    shard_col = np.concatenate([np.full(len(r["items"]), k, dtype=np.int32) for k, r in enumerate(records)])
-    columns: dict[str, np.ndarray] = {
-        "label": np.array([listing.items[i].label for i in items], dtype=np.int64),
-        "shard": shard_col,
-        "position": np.concatenate([np.arange(len(r["items"]), dtype=np.int64) for r in records]),
-        "offset": np.array([o for r in records for o in r["offsets"]], dtype=np.int64),
-        "size": np.array([s for r in records for s in r["sizes"]], dtype=np.int64),
-        "checksum": np.array([c for r in records for c in r["checksums"]], dtype=np.uint64),
-        "width": np.array([w for r in records for w in r["widths"]], dtype=np.int32),
-        "height": np.array([h for r in records for h in r["heights"]], dtype=np.int32),
-    }
-    _add_strings(columns, "path", [listing.items[i].rel for i in items])
-    for name, dtype in listing.fields.items():
-        values = [listing.field_values[name][i] for i in items]
-        if dtype == "str":
-            _add_strings(columns, FIELD_PREFIX + name, values)
-        else:
-            columns[FIELD_PREFIX + name] = np.array(values, dtype=dtype)
-    index = write_columns(out, columns)
-    shards, first = [], 0
-    for r in records:
-        n = len(r["items"])
-        digest = file_digest(columns["checksum"][first:first + n].tobytes())
-        shards.append(ShardInfo(file=r["file"], num_records=n, bytes=r["bytes"], data_bytes=sum(r["sizes"]),
-                                records_digest=digest, data_offset=r["data_offset"]))
-        first += n
-    report_path = write_skipped_report(out, skipped)
-    is_images = all(listing.items[i].rel.lower().endswith(IMAGE_EXTENSIONS) for i in items)
-    from fastload import __version__
-
-    manifest = Manifest(
-        storage=storage, num_records=len(items), total_bytes=int(columns["size"].sum()),
-        kind="images" if is_images else "files", classes=listing.classes, shards=shards, index=index,
-        fields=dict(listing.fields),
-        packed={"source": str(listing.root), "layout": listing.layout,
-                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "fastload_version": __version__, "reencode": options["reencode"],
-                "check": options["check"], "extensions": list(exts), "shard_size": options["shard_size"],
-                "skipped": len(skipped), "skipped_report": SKIPPED_REPORT_NAME if report_path else None,
-                "ignored": dict(listing.ignored)},
-    )
-    write_manifest(out, manifest)
-    shutil.rmtree(out / PACK_STATE_DIR, ignore_errors=True)
-    return PackReport(out=out, storage=storage, num_records=manifest.num_records,
-                      total_bytes=manifest.total_bytes, num_shards=len(shards), skipped=len(skipped),
-                      skipped_files=skipped, skipped_report=report_path, ignored=dict(listing.ignored))
-
-
-def _add_strings(columns: dict[str, np.ndarray], name: str, values: list[str]) -> None:
-    columns[f"{name}.offsets"], columns[f"{name}.blob"] = encode_strings(values)

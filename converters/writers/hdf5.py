@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -72,13 +73,7 @@ class HDF5ShardWriter:
         src = os.open(self.path, os.O_RDONLY)
         dst = os.open(exact, os.O_WRONLY)
         try:
-            copied = 0
-            while copied < streamed:
-                n = os.copy_file_range(src, dst, streamed - copied, self.data_offset + copied,
-                                       data_offset + copied)
-                if n == 0:
-                    raise OSError(f"{self.path}: ended early while copying ({copied} of {streamed} bytes)")
-                copied += n
+            _copy_range(src, dst, streamed, self.data_offset, data_offset, self.path)
             position = data_offset + streamed
             for payload in self.overflow:
                 _pwrite_all(dst, payload, position, exact)
@@ -118,6 +113,25 @@ def _create(path: Path, capacity: int) -> int:
     if data_offset is None:
         raise OSError(f"{path}: HDF5 did not allocate the payload dataset")
     return int(data_offset)
+
+
+def _copy_range(src: int, dst: int, size: int, src_at: int, dst_at: int, path: Path) -> None:
+    """``size`` bytes from ``src`` at ``src_at`` to ``dst`` at ``dst_at``: in the kernel where the
+    file system can, else through a buffer (some network and FUSE mounts cannot)."""
+    copied = 0
+    while copied < size:
+        try:
+            n = os.copy_file_range(src, dst, size - copied, src_at + copied, dst_at + copied)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSYS, errno.EXDEV, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            chunk = os.pread(src, min(size - copied, 1 << 24), src_at + copied)
+            n = len(chunk)
+            if n:
+                _pwrite_all(dst, chunk, dst_at + copied, path)
+        if n == 0:
+            raise OSError(f"{path}: ended early while copying ({copied} of {size} bytes)")
+        copied += n
 
 
 def _pwrite_all(fd: int, payload: bytes, position: int, path: Path) -> None:

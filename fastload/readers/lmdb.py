@@ -49,6 +49,7 @@ class LMDBReader(ShardReader):
             by_shard.setdefault(int(self.index.shard[i]), []).append(k)
         for shard, ks in by_shard.items():
             env = self.handle(shard)
+            i = indices[ks[0]]
             try:
                 with env.begin(buffers=False) as txn:
                     for k in ks:
@@ -60,7 +61,7 @@ class LMDBReader(ShardReader):
                             raise self.corrupt(i, f"{len(value)} bytes stored, index says {int(self.index.size[i])}")
                         out[k] = value
             except lmdb.Error as exc:
-                raise self.corrupt(indices[ks[0]], f"LMDB read failed ({exc})") from None
+                raise self.corrupt(i, f"LMDB read failed ({exc})") from None
         return out  # type: ignore[return-value]
 
 
@@ -82,10 +83,11 @@ _READAHEAD_MIN_RECORD = 16 * 1024
 
 
 def _open_env(path: Path, key: tuple[int, int], readahead: bool) -> lmdb.Environment:
+    if _open_envs.get(key) is None:
+        _check_pages(path)  # outside the lock: other shards open meanwhile
     with _open_lock:
         env = _open_envs.get(key)
         if env is None:
-            _check_pages(path)
             env = _open_retrying(path, readahead)
             _open_envs[key] = env
         return env

@@ -35,7 +35,9 @@ class DamagedShard(Exception):
 
 def check_tree(fd: int, file_size: int) -> None:
     """Walk the main database's B-tree of the LMDB file open as ``fd``; raise DamagedShard."""
-    page_size, root, last_page = _meta(fd, file_size)
+    page_size, root, last_page, flags = _meta(fd, file_size)
+    if flags:
+        raise DamagedShard(f"the main database has flags {flags:#x}; fastload writes plain keys only")
     if root == _INVALID:
         return  # an empty database
     pages = file_size // page_size
@@ -58,27 +60,27 @@ def check_tree(fd: int, file_size: int) -> None:
             _check_node(page, pgno, at, upper, bool(flags & _BRANCH), last_page, page_size, todo)
 
 
-def _meta(fd: int, file_size: int) -> tuple[int, int, int]:
-    """(page size, main root, last page) from the meta page with the newer transaction, as
-    liblmdb picks it."""
+def _meta(fd: int, file_size: int) -> tuple[int, int, int, int]:
+    """(page size, main root, last page, main flags) from the meta page with the newer
+    transaction, as liblmdb picks it."""
     first = _read_meta(fd, 0)
     page_size = first[0] or 4096
     if page_size not in (4096, 8192, 16384, 32768, 65536) or file_size % page_size or file_size < 2 * page_size:
         raise DamagedShard(f"page size {page_size} does not fit a {file_size}-byte file")
     second = _read_meta(fd, page_size)
-    _, root, last_page, _ = max(first, second, key=lambda meta: meta[3])
-    return page_size, root, last_page
+    _, root, last_page, _, flags = max(first, second, key=lambda meta: meta[3])
+    return page_size, root, last_page, flags
 
 
-def _read_meta(fd: int, offset: int) -> tuple[int, int, int, int]:
-    """(page size, main root, last page, transaction id) of the meta page at ``offset``."""
+def _read_meta(fd: int, offset: int) -> tuple[int, int, int, int, int]:
+    """(page size, main root, last page, transaction id, main flags) of the meta page at ``offset``."""
     raw = os.pread(fd, _HEADER + _META.size, offset)
     if len(raw) < _HEADER + _META.size:
         raise DamagedShard(f"the file ends inside the meta page at byte {offset}")
     fields = _META.unpack_from(raw, _HEADER)
     if fields[0] != _MAGIC:
         raise DamagedShard(f"the meta page at byte {offset} has lost its magic number")
-    return fields[4], fields[19], fields[20], fields[21]
+    return fields[4], fields[19], fields[20], fields[21], fields[13]
 
 
 def _check_node(page: bytes, pgno: int, at: int, upper: int, branch: bool, last_page: int,
@@ -93,6 +95,8 @@ def _check_node(page: bytes, pgno: int, at: int, upper: int, branch: bool, last_
         todo.append(lo | hi << 16 | flags << 32)
         return
     size = lo | hi << 16
+    if flags not in (0, _BIGDATA):  # a sub-database or duplicate set liblmdb would descend into
+        raise DamagedShard(f"page {pgno}: a node at offset {at} has flags {flags:#x}")
     if flags & _BIGDATA:
         if end + 8 > page_size:
             raise DamagedShard(f"page {pgno}: a node at offset {at} runs past the page")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
@@ -59,6 +59,14 @@ def test_a_cut_jpeg_with_an_intact_thumbnail_is_caught() -> None:
         check_image(data[: len(data) - 200])
 
 
+def test_stray_bytes_between_segments_are_skipped_as_pillow_does() -> None:
+    data = make_jpeg(50, 40, seed=12)
+    first_end = 4 + int.from_bytes(data[4:6], "big")  # after SOI and the first segment (APP0)
+    padded = data[:first_end] + b"\0\0\0" + data[first_end:]  # padding before the next marker
+    assert Image.open(io.BytesIO(padded)).size == (50, 40)
+    assert (check_image(padded).width, check_image(padded).height) == (50, 40)
+
+
 def test_trailing_bytes_after_the_end_marker_are_allowed() -> None:
     data = make_jpeg(50, 40, seed=10) + b"\0trailer" * 1000  # 8 KB after EOI
     assert check_image(data).width == 50
@@ -85,6 +93,8 @@ def test_decompression_bomb_is_refused_from_the_header() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(body=st.binary(max_size=300))
+@example(body=b"\xff\xff")  # cut inside fill bytes
+@example(body=b"\xff")
 def test_garbage_after_a_jpeg_start_raises_only_bad_header(body: bytes) -> None:
     try:
         jpeg_header(b"\xff\xd8" + body)

@@ -137,3 +137,20 @@ def test_cancel_finishes_ended_shards_and_removes_the_open_one(tmp_path):
     assert finished == [("first", os.path.getsize(first))]
     assert _hdf5_contents(first)[0] == whole
     assert not second.exists()
+
+
+def test_hdf5_exact_rewrite_works_where_copy_file_range_does_not(tmp_path, monkeypatch):
+    # Some network and FUSE file systems refuse copy_file_range (ENOSYS, EXDEV, EOPNOTSUPP).
+    import errno
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    payloads = _payloads(40, seed=3)
+    writer = WRITERS["hdf5"](tmp_path / "s.h5", sum(map(len, payloads)) // 2)  # overflows: rewrite
+    for p in payloads:
+        writer.append(p)
+    writer.finish()
+    stored, capacity = _hdf5_contents(tmp_path / "s.h5")
+    assert stored == payloads and capacity == sum(map(len, payloads))

@@ -1,0 +1,78 @@
+"""Finishing a pack: the index columns, the skipped-files report, then the manifest, written last."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from converters.report import PackReport, write_skipped_report
+from converters.sources import IMAGE_EXTENSIONS, Skip
+from fastload.errors import PackError
+from fastload.format import (
+    FIELD_PREFIX, PACK_STATE_DIR, SKIPPED_REPORT_NAME, Manifest, ShardInfo, StorageKind, encode_strings,
+    file_digest, write_columns, write_manifest,
+)
+
+
+def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[str, Any]],
+             options: dict[str, Any], exts: tuple[str, ...]) -> PackReport:
+    """Index columns, skipped report, then the manifest, written last."""
+    skipped = list(listing.skipped) + [Skip(rel, reason) for r in records for rel, reason in r["skips"]]
+    items = np.array([i for r in records for i in r["items"]], dtype=np.int64)
+    if len(items) == 0:
+        raise PackError(f"{listing.root}: no file could be packed ({len(skipped)} skipped: first "
+                        f"{skipped[0].rel if skipped else '?'}: {skipped[0].reason if skipped else '?'})")
+    shard_col = np.concatenate([np.full(len(r["items"]), k, dtype=np.int32) for k, r in enumerate(records)])
+    columns: dict[str, np.ndarray] = {
+        "label": np.array([listing.items[i].label for i in items], dtype=np.int64),
+        "shard": shard_col,
+        "position": np.concatenate([np.arange(len(r["items"]), dtype=np.int64) for r in records]),
+        "offset": np.array([o for r in records for o in r["offsets"]], dtype=np.int64),
+        "size": np.array([s for r in records for s in r["sizes"]], dtype=np.int64),
+        "checksum": np.array([c for r in records for c in r["checksums"]], dtype=np.uint64),
+        "width": np.array([w for r in records for w in r["widths"]], dtype=np.int32),
+        "height": np.array([h for r in records for h in r["heights"]], dtype=np.int32),
+    }
+    _add_strings(columns, "path", [listing.items[i].rel for i in items])
+    for name, dtype in listing.fields.items():
+        values = [listing.field_values[name][i] for i in items]
+        if dtype == "str":
+            _add_strings(columns, FIELD_PREFIX + name, values)
+        else:
+            columns[FIELD_PREFIX + name] = np.array(values, dtype=dtype)
+    index = write_columns(out, columns)
+    shards, first = [], 0
+    for r in records:
+        n = len(r["items"])
+        digest = file_digest(columns["checksum"][first:first + n].tobytes())
+        shards.append(ShardInfo(file=r["file"], num_records=n, bytes=r["bytes"], data_bytes=sum(r["sizes"]),
+                                records_digest=digest, data_offset=r["data_offset"]))
+        first += n
+    report_path = write_skipped_report(out, skipped)
+    is_images = all(listing.items[i].rel.lower().endswith(IMAGE_EXTENSIONS) for i in items)
+    from fastload import __version__
+
+    manifest = Manifest(
+        storage=storage, num_records=len(items), total_bytes=int(columns["size"].sum()),
+        kind="images" if is_images else "files", classes=listing.classes, shards=shards, index=index,
+        fields=dict(listing.fields),
+        packed={"source": str(listing.root), "layout": listing.layout,
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "fastload_version": __version__, "reencode": options["reencode"],
+                "check": options["check"], "extensions": list(exts), "shard_size": options["shard_size"],
+                "skipped": len(skipped), "skipped_report": SKIPPED_REPORT_NAME if report_path else None,
+                "ignored": dict(listing.ignored)},
+    )
+    write_manifest(out, manifest)
+    shutil.rmtree(out / PACK_STATE_DIR, ignore_errors=True)
+    return PackReport(out=out, storage=storage, num_records=manifest.num_records,
+                      total_bytes=manifest.total_bytes, num_shards=len(shards), skipped=len(skipped),
+                      skipped_files=skipped, skipped_report=report_path, ignored=dict(listing.ignored))
+
+
+def _add_strings(columns: dict[str, np.ndarray], name: str, values: list[str]) -> None:
+    columns[f"{name}.offsets"], columns[f"{name}.blob"] = encode_strings(values)
