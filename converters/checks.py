@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from PIL import Image
 
 from converters.headers import JPEG_SOI, PNG_SIGNATURE, BadHeader, jpeg_header, png_header
+from fastload.config import MAX_PIXELS
 
-# Pillow's own bomb limit is ~89 Mpx (warning) / ~179 Mpx (error); we refuse above this many pixels.
-DEFAULT_MAX_PIXELS = 178_956_970
 
 
 class InvalidFile(Exception):
@@ -35,7 +34,7 @@ class ImageHeader:
 _WALKERS = ((JPEG_SOI, "JPEG", jpeg_header), (PNG_SIGNATURE, "PNG", png_header))
 
 
-def check_image(data: bytes, *, decode: bool = False, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageHeader:
+def check_image(data: bytes, *, decode: bool = False, max_pixels: int = MAX_PIXELS) -> ImageHeader:
     """Check that ``data`` is a whole image; raise InvalidFile naming what is wrong.
 
     JPEG and PNG: the header and the file's structure up to its end marker are walked without

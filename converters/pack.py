@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from converters.checks import DEFAULT_MAX_PIXELS, InvalidFile, check_image
+from converters.checks import InvalidFile, check_image
 from converters.finalize import finalize
 from converters.plan import Journal, ShardPlan, plan_shards
 from converters.readahead import map_in_order, read_in_order
@@ -24,7 +24,7 @@ from converters.report import PackReport
 from converters.sources import IMAGE_EXTENSIONS, Layout, SourceItem, list_source, normalize_extensions
 from converters.writers import WRITERS
 from converters.writers.behind import WriteBehind, WriteFailed
-from fastload.config import available_cpus, parse_size
+from fastload.config import MAX_PIXELS, available_cpus, parse_size
 from fastload.errors import PackError, SourceError
 from fastload.format import (
     FORMAT_VERSION, INDEX_DIR, MANIFEST_NAME, PACK_LOCK_NAME, PACK_STATE_DIR, SKIPPED_REPORT_NAME,
@@ -54,7 +54,7 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
          extensions: list[str] | None = None, on_error: OnError = "fail", max_side: int | None = None,
          quality: int | None = None, overwrite: bool = False, progress: bool | None = None,
          layout: Layout = "auto", check: Literal["header", "decode"] = "header",
-         max_pixels: int = DEFAULT_MAX_PIXELS) -> PackReport:
+         max_pixels: int = MAX_PIXELS) -> PackReport:
     """Pack a folder or file list into a fastload dataset; see ``fastload pack --help``.
 
     Returns a PackReport. Raises SourceError / SourceNotFoundError for a bad source or file

@@ -63,10 +63,8 @@ def read_in_order(paths: Sequence[str], depth: int) -> Iterator[bytes | OSError]
 
 def _read_all(fd: int) -> bytes:
     size = os.fstat(fd).st_size
-    data = os.read(fd, size + 1) if size else b""
-    if len(data) <= size:
-        return data if len(data) == size else data + _rest(fd)
-    return data + _rest(fd)  # the file grew since it was listed
+    data = os.read(fd, size + 1)  # one byte more: a file that grew (or a short read) reads on
+    return data if len(data) == size else data + _rest(fd)
 
 
 def _rest(fd: int) -> bytes:

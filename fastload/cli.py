@@ -144,7 +144,7 @@ def _add_measure_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from converters.checks import DEFAULT_MAX_PIXELS
+    from fastload.config import MAX_PIXELS
 
     parser = argparse.ArgumentParser(prog="fastload", description="Pack small files into shards and load them fast.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -165,8 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how to read SRC (default: auto-detect)")
     p.add_argument("--check", choices=["header", "decode"], default="header",
                    help="per-file check: header + end marker (fast, default) or full decode")
-    p.add_argument("--max-pixels", type=int, default=DEFAULT_MAX_PIXELS,
-                   help=f"refuse larger images as decompression bombs (default {DEFAULT_MAX_PIXELS})")
+    p.add_argument("--max-pixels", type=int, default=MAX_PIXELS,
+                   help=f"refuse larger images as decompression bombs (default {MAX_PIXELS})")
     p.add_argument("--overwrite", action="store_true", help="replace a finished dataset at OUT")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=_pack)

@@ -13,11 +13,10 @@ import numpy as np
 import torch
 from PIL import Image
 
+from fastload.config import MAX_PIXELS
 from fastload.errors import CorruptRecordError
 from fastload.transforms import CropPlan
 
-MAX_PIXELS = 178_956_970
-"""Default pixel limit: Pillow's own decompression-bomb error threshold (2 × its warning)."""
 
 # What Pillow raises for bytes it cannot read; anything else is a bug and propagates.
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error,
@@ -45,14 +44,17 @@ def _open(data: bytes, where: str, max_pixels: int) -> Image.Image:
         raise CorruptRecordError(
             f"{_subject(where, data)}: unreadable image header ({exc})"
         ) from exc
-    width, height = img.size
+    check_pixels(*img.size, where=_subject(where, data), max_pixels=max_pixels)
+    return img
+
+
+def check_pixels(width: int, height: int, *, where: str, max_pixels: int) -> None:
+    """Refuse an image over ``max_pixels`` (a possible decompression bomb) from its size alone."""
     if width * height > max_pixels:
         raise CorruptRecordError(
-            f"{_subject(where, data)}: {width}x{height} = {width * height} pixels is over the "
-            f"limit of {max_pixels} (possible decompression bomb); raise max_pixels if you "
-            "trust this data"
+            f"{where}: {width}x{height} = {width * height} pixels is over the limit of "
+            f"{max_pixels} (possible decompression bomb); raise max_pixels if you trust this data"
         )
-    return img
 
 
 def _load(img: Image.Image, data: bytes, where: str) -> None:

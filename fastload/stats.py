@@ -18,9 +18,6 @@ class LoaderStats:
     last: float | None = None
     skipped: int = 0  # records on_error="skip" left out of the delivered batches
 
-    def reset(self) -> None:
-        self.__init__()  # type: ignore[misc]
-
     def record(self, samples: int, nbytes: int, waited: float, skipped: int = 0) -> None:
         now = time.perf_counter()
         if self.started is None:

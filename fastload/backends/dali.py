@@ -15,7 +15,7 @@ from torch.utils.data import default_collate
 from fastload.backends.dali_pipeline import PURPOSE, build_pipeline, feed_arrays, window
 from fastload.collate import collate_images
 from fastload.config import available_cpus
-from fastload.decode import MAX_PIXELS, image_size
+from fastload.decode import check_pixels, image_size
 from fastload.errors import CorruptRecordError
 from fastload.optional import require
 from fastload.prefetch import ThreadPrefetcher
@@ -126,17 +126,13 @@ class DaliBackend:
         indices = [p[0] for p in parsed]
         payloads = ds.reader.read_many(indices)
         widths, heights = ds.index.width[indices], ds.index.height[indices]
-        limit = getattr(ds, "max_pixels", MAX_PIXELS)
         windows, flips = [], []
         for k, (index, epoch, seed) in enumerate(parsed):
             width, height = int(widths[k]), int(heights[k])
             if width < 0:  # not measured at pack time: read the header
                 width, height = image_size(payloads[k], where=ds.reader.where(index))
-            if width * height > limit:  # what decode refuses before decoding a pixel
-                raise CorruptRecordError(
-                    f"{ds.reader.where(index)}: {width}x{height} = {width * height} pixels is over "
-                    f"the limit of {limit} (possible decompression bomb); raise max_pixels if you "
-                    "trust this data")
+            # what decode refuses before decoding a pixel
+            check_pixels(width, height, where=ds.reader.where(index), max_pixels=ds.max_pixels)
             plan = ds.pipeline.plan(index, epoch, seed, width, height)
             windows.append(window(plan, width, height))
             flips.append(plan.flip)
@@ -255,7 +251,7 @@ def _check_dataset(dataset: Any) -> None:
     if dataset.pipeline is None:
         raise ValueError(f"backend='dali': {dataset.root} was opened without image_size, so it has "
                          f"no built-in image pipeline; {hint}")
-    if getattr(dataset, "on_error", "raise") != "raise":
+    if dataset.on_error != "raise":
         raise ValueError(f"backend='dali': {dataset.root} has on_error={dataset.on_error!r}, and "
                          "DALI cannot leave a damaged record out of a batch it is decoding; open "
                          "it with on_error='raise' or use backend='torch'")

@@ -246,31 +246,22 @@ def test_file_list_paths_are_relative_to_the_list_or_absolute(tmp_path):
     assert [r["path"] for r in got] == ["../img/b.jpg", absolute]
 
 
-@pytest.mark.parametrize("body, message", [
-    ("file,label\na.jpg,1\n", "needs a header row with a 'path' column"),
-    ("path,label\n", "has no rows"),
-    ("path,label\nimg/a.jpg,-1\n", "label -1 is negative"),
-    ("path,label\nimg/a.jpg,cat\nimg/b.jpg,\n", r":3: missing label"),
+@pytest.mark.parametrize("name, body, message", [
+    ("bad.csv", "file,label\na.jpg,1\n", "needs a header row with a 'path' column"),
+    ("bad.csv", "path,label\n", "has no rows"),
+    ("bad.csv", "path,label\nimg/a.jpg,-1\n", "label -1 is negative"),
+    ("bad.csv", "path,label\nimg/a.jpg,cat\nimg/b.jpg,\n", r":3: missing label"),
+    ("bad.jsonl", '{"path": "img/a.jpg"}\nnot json\n', r"bad.jsonl:2: not valid JSON"),
+    ("bad.jsonl", '["img/a.jpg"]\n', r"bad.jsonl:1: each line must be a JSON object"),
+    ("bad.jsonl", '{"path": "img/a.jpg", "extra": [1, 2]}\n', r"field 'extra' holds list"),
+    ("bad.jsonl", '{"label": 1}\n', r"bad.jsonl:1: missing 'path'"),
 ])
-def test_bad_csv_lists_are_refused_with_the_line(tmp_path, body, message):
+def test_bad_file_lists_are_refused_with_the_line(tmp_path, name, body, message):
     _list_sources(tmp_path)
-    (tmp_path / "data" / "bad.csv").write_text(body)
+    (tmp_path / "data" / name).write_text(body)
     with pytest.raises(SourceError, match=message):
-        pack(tmp_path / "data" / "bad.csv", tmp_path / "out", progress=False)
+        pack(tmp_path / "data" / name, tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.parametrize("body, message", [
-    ('{"path": "img/a.jpg"}\nnot json\n', r"bad.jsonl:2: not valid JSON"),
-    ('["img/a.jpg"]\n', r"bad.jsonl:1: each line must be a JSON object"),
-    ('{"path": "img/a.jpg", "extra": [1, 2]}\n', r"field 'extra' holds list"),
-    ('{"label": 1}\n', r"bad.jsonl:1: missing 'path'"),
-])
-def test_bad_jsonl_lists_are_refused_with_the_line(tmp_path, body, message):
-    _list_sources(tmp_path)
-    (tmp_path / "data" / "bad.jsonl").write_text(body)
-    with pytest.raises(SourceError, match=message):
-        pack(tmp_path / "data" / "bad.jsonl", tmp_path / "out", progress=False)
 
 
 def test_a_source_file_must_be_a_csv_or_jsonl_list(tmp_path):
