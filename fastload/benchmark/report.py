@@ -6,7 +6,8 @@ and :func:`validate` checks a document against it. Rates are per second of timed
 - ``schema``: ``"fastload-bench/1"``; ``command``: ``"bench"`` or ``"doctor"``; ``created``: UTC
   ISO-8601 time; ``interrupted``: Ctrl-C cut the run short (the rest is what was measured).
 - ``machine``: ``cores`` (available to the process), ``cpu``, ``platform``, ``python``,
-  ``torch``, ``pillow``, ``fastload`` versions, ``cuda`` (device name or null).
+  ``torch``, ``pillow``, ``fastload`` versions, ``jpeg_decoder`` (fastload's JPEG crop decoder,
+  in words), ``cuda`` (device name or null).
 - ``config``: ``source``, ``packed`` (datasets used), ``batch_size``, ``image_size``,
   ``duration_s`` and ``samples`` (per-row bounds), ``cold``, ``model_step_ms`` (null: none or a
   callable), ``model_step_callable``; doctor adds ``num_workers``.
@@ -68,7 +69,7 @@ SCHEMA: dict[str, Any] = _obj({
     "created": _STR,
     "interrupted": {"type": "boolean"},
     "machine": _obj({"cores": _INT, "cpu": _STR, "platform": _STR, "python": _STR, "torch": _STR,
-                     "pillow": _STR, "fastload": _STR, "cuda": _STR_OR_NULL}),
+                     "pillow": _STR, "fastload": _STR, "jpeg_decoder": _STR, "cuda": _STR_OR_NULL}),
     "config": _obj({"source": _STR, "packed": {"type": "array", "items": _STR}, "batch_size": _INT,
                     "image_size": _INT, "duration_s": _NUM, "samples": {"type": ["integer", "null"]},
                     "cold": {"type": "boolean"}, "model_step_ms": _NUM_OR_NULL,
@@ -139,6 +140,7 @@ def machine() -> dict[str, Any]:
 
     from fastload import __version__
     from fastload.config import available_cpus
+    from fastload.decode import jpeg_decoder
 
     cpu = platform.processor() or platform.machine()
     try:
@@ -150,7 +152,8 @@ def machine() -> dict[str, Any]:
     cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {"cores": available_cpus(), "cpu": cpu, "platform": platform.platform(),
             "python": platform.python_version(), "torch": torch.__version__,
-            "pillow": PIL.__version__, "fastload": __version__, "cuda": cuda}
+            "pillow": PIL.__version__, "fastload": __version__, "jpeg_decoder": jpeg_decoder(),
+            "cuda": cuda}
 
 
 @dataclass

@@ -35,7 +35,8 @@ def _header(report: BenchReport) -> str:
     return (f"fastload {report.command}: {c['source']}; batches of {c['batch_size']}, "
             f"{c['image_size']} px train crops, {cache}, {bound} per row{step}\n"
             f"machine: {m['cores']} cores ({m['cpu']}), torch {m['torch']}, Pillow {m['pillow']}, "
-            f"CUDA {m['cuda'] or 'none'}")
+            f"CUDA {m['cuda'] or 'none'}\n"
+            f"fastload JPEG decode: {m.get('jpeg_decoder', 'not recorded')}")
 
 
 def _rows(report: BenchReport, markdown: bool) -> str:

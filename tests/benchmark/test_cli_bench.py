@@ -85,7 +85,8 @@ def test_doctor_prints_stages_verdict_and_data_wait(cli, photos, tmp_path):
     result = cli("doctor", photos("folder"), *QUICK, "--num-workers", "0", "--model-step-ms", "600",
                  "--json", tmp_path / "d.json", "--plot", tmp_path / "d.png")
     assert result.rc == 0, result.err
-    assert "data wait" in result.out.splitlines()[3]
+    assert result.out.splitlines()[2].startswith("fastload JPEG decode: ")
+    assert "data wait" in result.out.splitlines()[4]
     assert "verdict: model-bound" in result.out, result.out
     doc = json.loads((tmp_path / "d.json").read_text())
     assert validate(doc) == [] and doc["command"] == "doctor" and doc["config"]["num_workers"] == 0
