@@ -58,6 +58,17 @@ def env_int(name: str) -> int | None:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
 
 
+def region_decode_wanted() -> bool:
+    """False when ``FASTLOAD_JPEG_DECODER=pillow`` asks for Pillow's whole-image JPEG decode
+    instead of the native region decoder (an escape hatch; the default is ``region``)."""
+    raw = os.environ.get("FASTLOAD_JPEG_DECODER", "").strip().lower()
+    if raw in ("", "region"):
+        return True
+    if raw == "pillow":
+        return False
+    raise ValueError(f"environment variable FASTLOAD_JPEG_DECODER={raw!r}: use 'region' or 'pillow'")
+
+
 def available_cpus() -> int:
     """Cores this process may run on (affinity and ``FASTLOAD_CPUS`` respected)."""
     override = env_int("FASTLOAD_CPUS")

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from fastload.config import MAX_PIXELS
+from fastload.config import MAX_PIXELS, region_decode_wanted
 from fastload.errors import CorruptRecordError
 from fastload.transforms import CropPlan
 
@@ -39,12 +39,15 @@ try:
 except ImportError:  # built without a compiler or libjpeg's headers: see setup.py
     decode_region = None  # type: ignore[assignment]
 
-REGION_DECODE = decode_region is not None
-"""Whether JPEG crops decode only their box (the native decoder was built)."""
+REGION_DECODE = decode_region is not None and region_decode_wanted()
+"""Whether JPEG crops decode only their box (the native decoder was built and
+``FASTLOAD_JPEG_DECODER`` is not ``pillow``)."""
 
 
 def jpeg_decoder() -> str:
     """Which decoder JPEG crops go through, in words, for reports."""
+    if decode_region is not None and not REGION_DECODE:
+        return "Pillow, whole images (FASTLOAD_JPEG_DECODER=pillow)"
     if not REGION_DECODE:
         return ("Pillow, whole images (fastload._jpeg_region is not built: install libjpeg-dev "
                 "and a C compiler, then reinstall fastload)")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from fastload.decode import REGION_DECODE, decode_crop, draft_scale
+from fastload.decode import REGION_DECODE, decode_crop, draft_scale, jpeg_decoder
 from fastload.errors import CorruptRecordError
 from fastload.transforms import CropPlan, EvalCrop, TrainCrop
 from tests.test_decode import encode, photo
@@ -25,6 +28,24 @@ pytestmark = pytest.mark.skipif(not (REGION_DECODE or HEADERS),
 def test_the_native_decoder_is_built_where_libjpeg_headers_exist():
     # setup.py marks the extension optional; this catches a build that broke quietly.
     assert REGION_DECODE, "fastload._jpeg_region did not build; see the pip install log"
+    assert jpeg_decoder().startswith("region decode (libjpeg")
+
+
+@pytest.mark.parametrize("value, expected", [("pillow", "False Pillow, whole images (FASTLOAD_JPEG_DECODER=pillow)"),
+                                             ("region", "True region decode (libjpeg")])
+def test_the_environment_can_ask_for_pillow(value, expected):
+    code = "from fastload.decode import REGION_DECODE, jpeg_decoder; print(REGION_DECODE, jpeg_decoder())"
+    env = {**os.environ, "FASTLOAD_JPEG_DECODER": value}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.startswith(expected)
+
+
+def test_a_bad_decoder_name_in_the_environment_is_an_error():
+    env = {**os.environ, "FASTLOAD_JPEG_DECODER": "turbo"}
+    out = subprocess.run([sys.executable, "-c", "import fastload.decode"], env=env, capture_output=True,
+                         text=True)
+    assert out.returncode != 0
+    assert "FASTLOAD_JPEG_DECODER='turbo': use 'region' or 'pillow'" in out.stderr
 
 
 KINDS = {
