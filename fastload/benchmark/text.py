@@ -71,7 +71,10 @@ def _ceilings(c: dict[str, Any]) -> str:
     parts = [f"full-size JPEG decode {c['decode_per_core']:.0f}/s per core × {c['cores']} cores = "
              f"{c['decode_ceiling']:.0f}/s (all cores at once: {c['decode_all_cores_measured']:.0f}/s)"]
     if c.get("decode_reduced_per_core"):
-        parts.append(f"fastload's reduced-scale train decode {c['decode_reduced_per_core']:.0f}/s per core")
+        train = f"fastload's train decode {c['decode_reduced_per_core']:.0f}/s per core"
+        if c.get("decode_reduced_pillow_per_core"):
+            train += f" (whole-image Pillow path: {c['decode_reduced_pillow_per_core']:.0f}/s)"
+        parts.append(train)
     parts.append(f"memory copy {format_size(c['memcpy_mb_s'] * 1e6)}/s")
     reads = f"record reads, 16 in flight: warm {c['read_warm_mb_s']:.0f} MB/s"
     if c.get("read_cold_mb_s"):
