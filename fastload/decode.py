@@ -304,7 +304,7 @@ def _decode_jpeg_box(data: bytes, plan: CropPlan, draft: bool, max_pixels: int,
                                                max(0, math.floor(y0) - margin),
                                                math.ceil(x1) + margin, math.ceil(y1) + margin,
                                                max_pixels)
-    except RegionDecodeError:
+    except (RegionDecodeError, OverflowError):  # OverflowError: a box from a damaged index
         return None
     if x1 > rx + rw + 1e-6 or y1 > ry + rh + 1e-6:
         return None  # the box reaches past the image: Pillow's path clamps round-off or says why

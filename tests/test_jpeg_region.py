@@ -206,3 +206,10 @@ def test_damaged_jpegs_give_pillows_pixels_or_a_corrupt_record_error(jpegs, cut,
         # `fastload verify --decode` decodes every record whole.
         return
     assert np.abs(region.astype(int) - whole).max() <= 1
+
+
+def test_a_box_from_a_damaged_index_is_the_documented_error(jpegs):
+    """A width past C's int range goes to Pillow's path, which names the mismatch."""
+    plan = CropPlan(box=(0, 0, 2**33, 40), out_size=(8, 8), crop_first=True)
+    with pytest.raises(CorruptRecordError, match="the index does not match the record"):
+        decode_crop(jpegs["4:2:0"], plan, where="r")
