@@ -1,10 +1,11 @@
 """Decode stage: record bytes to RGB pixels; JPEG crops decode only their box, at reduced scale.
 
-Two decoders give the same pixels (within one level, in under 1% of them, for a box with
-fractional edges: Pillow's filter weights round differently from a region). The native one (``fastload._jpeg_region``, built against
-the system's libjpeg-turbo) decodes a JPEG crop's rows and iMCU columns only; Pillow decodes the
-whole image (every other format, and any JPEG the native one refuses, so Pillow's messages and
-rules decide what a bad record is). Both use libjpeg's 1/2, 1/4, 1/8 reduced-scale decode.
+Two decoders give the same pixels (for a box with fractional edges, within one level in under
+1% of them: Pillow's filter weights round differently from a region's offset). The native one
+(``fastload._jpeg_region``, built against the system's libjpeg-turbo) decodes a JPEG crop's rows
+and iMCU columns only; Pillow decodes the whole image (every other format, and any JPEG the
+native one refuses, so Pillow's messages and rules decide what a bad record is). Both use
+libjpeg's 1/2, 1/4, 1/8 reduced-scale decode.
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ def decode_crop(
         max_pixels: Refuse larger images before decoding them.
         draft: Allow JPEG reduced-scale decode (False decodes full size; for comparisons).
         region: Decode only the box of a JPEG when the native decoder is built (False: Pillow
-            decodes the whole image; same pixels, for comparisons).
+            decodes the whole image; the same pixels, for comparisons).
         reducing_gap: Passed to ``Image.resize``; None (exact) is the default because after
             a JPEG draft the remaining reduction is under 2× and a gap has no effect.
 
@@ -266,7 +267,7 @@ def _resize(img: Image.Image, box: tuple[float, ...], plan: CropPlan, reducing_g
     out_h, out_w = plan.out_size
     if _whole(plan, box) and reducing_gap is None and _torch_on_one_core():
         return _resize_whole_pixels(np.array(img.crop(tuple(int(v) for v in box))), plan, out)
-    if _whole(plan, box):  # cut out first here too: the same edge rows as the torch kernel, within rounding
+    if _whole(plan, box):  # cut out first here too: the torch kernel's edge rows, within rounding
         img = img.crop(tuple(int(v) for v in box)).resize((out_w, out_h), Image.BILINEAR,
                                                            reducing_gap=reducing_gap)
     else:

@@ -31,8 +31,10 @@ def test_the_native_decoder_is_built_where_libjpeg_headers_exist():
     assert jpeg_decoder().startswith("region decode (libjpeg")
 
 
-@pytest.mark.parametrize("value, expected", [("pillow", "False Pillow, whole images (FASTLOAD_JPEG_DECODER=pillow)"),
-                                             ("region", "True region decode (libjpeg")])
+@pytest.mark.parametrize("value, expected", [
+    ("pillow", "False Pillow, whole images (FASTLOAD_JPEG_DECODER=pillow)"),
+    ("region", "True region decode (libjpeg"),
+])
 def test_the_environment_can_ask_for_pillow(value, expected):
     code = "from fastload.decode import REGION_DECODE, jpeg_decoder; print(REGION_DECODE, jpeg_decoder())"
     env = {**os.environ, "FASTLOAD_JPEG_DECODER": value}

@@ -124,8 +124,8 @@ def ceilings(probe: Probe, sample: dict[str, Any], *, cores: int, cold: bool, bu
         "decode_per_core": per_core, "cores": cores, "decode_ceiling": per_core * cores,
         "decode_all_cores_measured": decode_rate(blobs, budget, threads=cores) if cores > 1 else per_core,
         "decode_reduced_per_core": _jpeg_only(reduced_decode_rate, blobs, budget, image_size),
-        "decode_reduced_pillow_per_core": (_jpeg_only(reduced_decode_rate, blobs, budget, image_size, False)
-                                           if REGION_DECODE else None),
+        "decode_reduced_pillow_per_core": (
+            _jpeg_only(reduced_decode_rate, blobs, budget, image_size, False) if REGION_DECODE else None),
         "memcpy_mb_s": memcpy_rate(),
         "read_warm_mb_s": parallel_read_rate(lambda c: [probe.read(i) for i in c], indices, budget),
         "read_cold_mb_s": None, "disk_sequential_mb_s": None,

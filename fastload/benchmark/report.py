@@ -26,8 +26,9 @@ and :func:`validate` checks a document against it. Rates are per second of timed
   core), ``cores``, ``decode_ceiling`` (per core × cores), ``decode_all_cores_measured`` (decode
   on every core at once), ``decode_reduced_per_core`` (fastload's train decode on one decode
   thread; null without JPEGs), ``decode_reduced_pillow_per_core`` (the same through Pillow's
-  whole-image path; null without JPEGs or without the native region decoder), ``memcpy_mb_s``, ``read_warm_mb_s`` and ``read_cold_mb_s`` (record reads with 16 in
-  flight; cold: null unless ``cold``), ``disk_sequential_mb_s`` (shards read in order, cold;
+  whole-image path; null without JPEGs or without the native region decoder), ``memcpy_mb_s``,
+  ``read_warm_mb_s`` and ``read_cold_mb_s`` (record reads with 16 in flight; cold: null unless
+  ``cold``), ``disk_sequential_mb_s`` (shards read in order, cold;
   null unless ``cold`` with a packed dataset), ``h2d_pinned_mb_s``, ``h2d_pageable_mb_s`` (null
   without CUDA).
 - ``stages`` (doctor, or bench with ``--stages``; else empty): ``name``, ``kind`` (``io``, ``cpu``,
