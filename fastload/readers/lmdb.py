@@ -15,6 +15,7 @@ import lmdb
 from fastload.errors import ManifestError
 from fastload.format import lmdb_key
 from fastload.readers.base import ShardReader
+from fastload.readers import lmdb_mapping
 from fastload.readers.lmdb_pages import DamagedShard, check_tree
 
 
@@ -62,6 +63,7 @@ class LMDBReader(ShardReader):
                         out[k] = value
             except lmdb.Error as exc:
                 raise self.corrupt(i, f"LMDB read failed ({exc})") from None
+            lmdb_mapping.release(env)  # the records are copies: keep RSS to what we hold
         return out  # type: ignore[return-value]
 
 
@@ -89,6 +91,7 @@ def _open_env(path: Path, key: tuple[int, int], readahead: bool) -> lmdb.Environ
         env = _open_envs.get(key)
         if env is None:
             env = _open_retrying(path, readahead)
+            lmdb_mapping.track(env, path)
             _open_envs[key] = env
         return env
 
