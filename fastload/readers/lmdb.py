@@ -63,7 +63,8 @@ class LMDBReader(ShardReader):
                         out[k] = value
             except lmdb.Error as exc:
                 raise self.corrupt(i, f"LMDB read failed ({exc})") from None
-            lmdb_mapping.release(env)  # the records are copies: keep RSS to what we hold
+        # The records are copies: now and then, unmap the shard pages they came from.
+        lmdb_mapping.note_read(sum(len(v) for v in out if v is not None))
         return out  # type: ignore[return-value]
 
 

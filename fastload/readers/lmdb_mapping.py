@@ -4,25 +4,33 @@ liblmdb maps each shard file and every page a read touches stays mapped: a proce
 read a whole dataset shows the dataset's size in its RSS (page cache, but counted as the
 process's own by RSS, PSS, ``top`` and out-of-memory heuristics), the classic "LMDB leaks in my
 DataLoader workers" report. fastload copies every record out of the map (``buffers=False``), so
-after a batch it tells the kernel the process no longer needs those page mappings
-(``MADV_DONTNEED`` on a shared, read-only file mapping): the pages stay in the page cache, a
-later read maps them again with a minor fault, and RSS stays at what the process itself holds.
+once a process has read :data:`RELEASE_EVERY` bytes it tells the kernel it no longer needs the
+shards' page mappings (``MADV_DONTNEED`` on a shared, read-only file mapping): the pages stay in
+the page cache and a later read maps them again with a minor fault. Between releases a process
+maps a few times the bytes it read (the kernel maps the pages around each fault). Not after every
+batch: each release flushes the TLB of every CPU running the process and makes the B-tree's
+branch pages fault in again (measured: shuffled warm reads at 0.4x with a release per 4 records).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import threading
 import weakref
 from pathlib import Path
 from typing import Any
 
 _MADV_DONTNEED = 4  # Linux
+RELEASE_EVERY = 16 << 20
+"""Bytes a process reads out of LMDB shards between two releases of their mapped pages."""
 
 # Environment → (start, length) of its data file mapping. Weak keys: an entry lives exactly as
 # long as its environment, so an address is never advised after liblmdb has unmapped it (the
 # range could by then hold other memory, which MADV_DONTNEED would zero).
 _ranges: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+_unreleased = 0  # bytes read since the last release
 
 
 def _madvise() -> Any:
@@ -61,7 +69,21 @@ def track(env: Any, path: Path) -> None:
     """Remember where ``env`` (just opened on ``path``) mapped its file."""
     mapping = find_mapping(path)
     if mapping is not None and _advise is not None:
-        _ranges[env] = mapping
+        with _lock:
+            _ranges[env] = mapping
+
+
+def note_read(nbytes: int) -> None:
+    """Count ``nbytes`` copied out of shard maps; past :data:`RELEASE_EVERY`, release them all."""
+    global _unreleased
+    with _lock:
+        _unreleased += nbytes
+        if _unreleased < RELEASE_EVERY:
+            return
+        _unreleased = 0
+        envs = list(_ranges.keys())
+    for env in envs:
+        release(env)
 
 
 def release(env: Any) -> None:
@@ -73,3 +95,12 @@ def release(env: Any) -> None:
     mapping = _ranges.get(env)
     if mapping is not None:
         _advise(mapping[0], mapping[1], _MADV_DONTNEED)
+
+
+def _reset_after_fork() -> None:
+    """A parent thread may have held the lock at the fork; the child's copy would stay locked."""
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
