@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 _MADV_DONTNEED = 4  # Linux
-RELEASE_EVERY = 16 << 20
+RELEASE_EVERY = 4 << 20
 """Bytes a process reads out of LMDB shards between two releases of their mapped pages."""
 
 # Environment → (start, length) of its data file mapping. Weak keys: an entry lives exactly as
