@@ -14,8 +14,8 @@ import lmdb
 
 from fastload.errors import ManifestError
 from fastload.format import lmdb_key
-from fastload.readers.base import ShardReader
 from fastload.readers import lmdb_mapping
+from fastload.readers.base import ShardReader
 from fastload.readers.lmdb_pages import DamagedShard, check_tree
 
 

@@ -21,6 +21,8 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+import lmdb
+
 _MADV_DONTNEED = 4  # Linux
 RELEASE_EVERY = 4 << 20
 """Bytes a process reads out of LMDB shards between two releases of their mapped pages."""
@@ -93,8 +95,13 @@ def release(env: Any) -> None:
     the page cache with the same bytes (a shared file mapping is never zero-filled).
     """
     mapping = _ranges.get(env)
-    if mapping is not None:
-        _advise(mapping[0], mapping[1], _MADV_DONTNEED)
+    if mapping is None:
+        return
+    try:
+        env.info()  # closed (fastload never closes one, but a caller could): its range is gone
+    except lmdb.Error:
+        return
+    _advise(mapping[0], mapping[1], _MADV_DONTNEED)
 
 
 def _reset_after_fork() -> None:

@@ -83,3 +83,21 @@ def test_a_file_that_is_not_mapped_has_no_mapping(tmp_path):
     path.write_bytes(b"x" * 10)
     assert lmdb_mapping.find_mapping(path) is None
     assert lmdb_mapping.find_mapping(tmp_path / "missing") is None
+
+
+def test_a_closed_environment_is_never_advised(big_records, tmp_path, monkeypatch):
+    import shutil
+
+    import lmdb
+
+    path = tmp_path / "shard.lmdb"
+    shutil.copy(big_records / PackedDataset(big_records).manifest.shards[0].file, path)
+    env = lmdb.open(str(path), subdir=False, readonly=True, lock=False)
+    lmdb_mapping.track(env, path)
+    advised: list[tuple] = []
+    monkeypatch.setattr(lmdb_mapping, "_advise", lambda *args: advised.append(args))
+    lmdb_mapping.release(env)
+    assert len(advised) == 1  # open: released
+    env.close()  # unmapped: advising the range now could zero whatever is mapped there next
+    lmdb_mapping.release(env)
+    assert len(advised) == 1
