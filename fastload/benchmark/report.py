@@ -60,8 +60,9 @@ _NUM, _INT, _STR = {"type": "number"}, {"type": "integer"}, {"type": "string"}
 _NUM_OR_NULL, _STR_OR_NULL = {"type": ["number", "null"]}, {"type": ["string", "null"]}
 
 
-def _obj(props: dict[str, Any], extra: bool = False) -> dict[str, Any]:
-    return {"type": "object", "required": sorted(props), "properties": props,
+def _obj(props: dict[str, Any], extra: bool = False,
+         optional: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"type": "object", "required": sorted(props), "properties": {**props, **(optional or {})},
             "additionalProperties": extra}
 
 
@@ -71,7 +72,8 @@ SCHEMA: dict[str, Any] = _obj({
     "created": _STR,
     "interrupted": {"type": "boolean"},
     "machine": _obj({"cores": _INT, "cpu": _STR, "platform": _STR, "python": _STR, "torch": _STR,
-                     "pillow": _STR, "fastload": _STR, "jpeg_decoder": _STR, "cuda": _STR_OR_NULL}),
+                     "pillow": _STR, "fastload": _STR, "cuda": _STR_OR_NULL},
+                    optional={"jpeg_decoder": _STR}),  # added later in /1: older documents lack it
     "config": _obj({"source": _STR, "packed": {"type": "array", "items": _STR}, "batch_size": _INT,
                     "image_size": _INT, "duration_s": _NUM, "samples": {"type": ["integer", "null"]},
                     "cold": {"type": "boolean"}, "model_step_ms": _NUM_OR_NULL,

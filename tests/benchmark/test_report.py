@@ -68,6 +68,10 @@ def test_the_validator_finds_what_is_wrong():
     assert len(problems) == 4
     assert validate({**doc, "ceilings": None}) == []
     assert validate({**doc, "created": math.nan}) != []
+    # Documents written before machine.jpeg_decoder existed are still valid; a wrong type is not.
+    machine = {k: v for k, v in doc["machine"].items() if k != "jpeg_decoder"}
+    assert "jpeg_decoder" in doc["machine"] and validate({**doc, "machine": machine}) == []
+    assert validate({**doc, "machine": {**machine, "jpeg_decoder": 3}}) != []
     assert SCHEMA["properties"]["schema"]["enum"] == [SCHEMA_ID]
 
 
