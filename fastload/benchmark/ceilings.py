@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastload.benchmark.stages import READS_IN_FLIGHT, Probe, drop_cache, per_call
+from fastload.benchmark.stages import READS_IN_FLIGHT, Probe, drop_cache, on_decode_thread, per_call
 from fastload.decode import REGION_DECODE, decode_crop, decode_rgb
 from fastload.transforms import TrainCrop
 
@@ -47,12 +47,8 @@ def reduced_decode_rate(blobs: Sequence[bytes], budget: float, image_size: int =
     plans = [crop.sample(*header_size(b), rng) for b in blobs]
     out = np.empty((*plans[0].out_size, 3), dtype=np.uint8) if plans else None
 
-    def timed() -> float:
-        return per_call(lambda k: decode_crop(blobs[k], plans[k], out=out, region=region),
-                        range(len(blobs)), budget)
-
-    with ThreadPoolExecutor(1, thread_name_prefix="fastload-decode") as pool:
-        return 1.0 / pool.submit(timed).result()
+    return 1.0 / on_decode_thread(lambda: per_call(
+        lambda k: decode_crop(blobs[k], plans[k], out=out, region=region), range(len(blobs)), budget))
 
 
 def memcpy_rate(mb: int = 64, repeats: int = 3) -> float:
