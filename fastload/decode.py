@@ -260,12 +260,17 @@ def _whole(plan: CropPlan, box: tuple[float, ...]) -> bool:
     return plan.crop_first and all(float(v).is_integer() for v in box)
 
 
+def _torch_resizes(plan: CropPlan, box: tuple[float, ...], reducing_gap: float | None) -> bool:
+    """Whether ``box`` is cut out and resized with torch's kernel (:func:`_resize_whole_pixels`)."""
+    return _whole(plan, box) and reducing_gap is None and _torch_on_one_core()
+
+
 def _resize(img: Image.Image, box: tuple[float, ...], plan: CropPlan, reducing_gap: float | None,
             out: np.ndarray | None) -> np.ndarray:
     """``box`` of ``img`` (an RGB or L image) resized to the plan's output and flipped: HWC RGB,
     in ``out`` when given."""
     out_h, out_w = plan.out_size
-    if _whole(plan, box) and reducing_gap is None and _torch_on_one_core():
+    if _torch_resizes(plan, box, reducing_gap):
         return _resize_whole_pixels(np.array(img.crop(tuple(int(v) for v in box))), plan, out)
     if _whole(plan, box):  # cut out first here too: the torch kernel's edge rows, within rounding
         img = img.crop(tuple(int(v) for v in box)).resize((out_w, out_h), Image.BILINEAR,
@@ -291,11 +296,11 @@ def _decode_jpeg_box(data: bytes, plan: CropPlan, draft: bool, max_pixels: int,
     the same neighbours as from a whole image; Pillow's weights, computed from the box's
     offset in the region, differ in rounding: within one level, in under 1% of the pixels.
     """
-    left, top, box_w, box_h = plan.box
+    left, top = plan.box[:2]
     if left < 0 or top < 0:
         return None
     scale = draft_scale(plan.box, plan.out_size) if draft else 1
-    x0, y0, x1, y1 = left / scale, top / scale, (left + box_w) / scale, (top + box_h) / scale
+    x0, y0, x1, y1 = _scaled_box(plan, scale, math.inf, math.inf)  # clamped once the size is known
     out_h, out_w = plan.out_size
     # A bilinear filter shrinking by f reaches f source pixels beyond each output pixel's centre.
     reach = math.ceil(max((x1 - x0) / out_w, (y1 - y0) / out_h, 1.0)) + 1
@@ -311,8 +316,8 @@ def _decode_jpeg_box(data: bytes, plan: CropPlan, draft: bool, max_pixels: int,
         return None  # the box reaches past the image: Pillow's path clamps round-off or says why
     region = np.frombuffer(buffer, dtype=np.uint8).reshape(rh, rw, 3)
     box = (x0 - rx, y0 - ry, min(x1 - rx, float(rw)), min(y1 - ry, float(rh)))
-    if margin == 0 and reducing_gap is None and _torch_on_one_core():
-        return _resize_whole_pixels(region, plan, out)  # the region is the box
+    if margin == 0 and _torch_resizes(plan, box, reducing_gap):
+        return _resize_whole_pixels(region, plan, out)  # the region is the box: no crop copy
     return _resize(Image.fromarray(region, "RGB"), box, plan, reducing_gap, out)
 
 
