@@ -50,6 +50,15 @@ class ImagePipeline:
         rng = sample_rng(seed, epoch, index) if self.train else None
         return self.geometry.sample(width, height, rng)  # type: ignore[arg-type]
 
+    def plan_record(self, payload: bytes, key: tuple[int, int, int], width: int, height: int, *,
+                    where: str, max_pixels: int) -> tuple[CropPlan, int, int]:
+        """The plan for one record, with the size it came from: the index's, or the header's when
+        the index has none (-1: not measured at pack time; reading it checks ``max_pixels``)."""
+        if width < 0:
+            width, height = image_size(payload, where=where, max_pixels=max_pixels)
+        index, epoch, seed = key
+        return self.plan(index, epoch, seed, width, height), width, height
+
 
 class ThreadDecoder:
     """Decodes a batch on a per-process thread pool (Pillow releases the GIL while decoding)."""
@@ -88,14 +97,12 @@ def decode_batch(pipeline: ImagePipeline, payloads: list[bytes], keys: list[tupl
     images = new_image_batch(len(payloads), out_h, out_w)
 
     def one(k: int) -> None:
-        index, epoch, seed = keys[k]
-        width, height = int(widths[k]), int(heights[k])
+        at = where(keys[k][0])
         try:
-            if width < 0:  # not measured at pack time: read the header
-                width, height = image_size(payloads[k], where=where(index), max_pixels=max_pixels)
-            plan = pipeline.plan(index, epoch, seed, width, height)
+            plan, _, _ = pipeline.plan_record(payloads[k], keys[k], int(widths[k]), int(heights[k]),
+                                              where=at, max_pixels=max_pixels)
             # An HWC view of this sample's CHW slot: the decoder writes pixels straight into the batch.
-            decode_crop(payloads[k], plan, out=images[k].permute(1, 2, 0).numpy(), where=where(index),
+            decode_crop(payloads[k], plan, out=images[k].permute(1, 2, 0).numpy(), where=at,
                         max_pixels=max_pixels)
         except CorruptRecordError as exc:
             if failed is None:

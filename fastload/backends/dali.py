@@ -15,7 +15,7 @@ from torch.utils.data import default_collate
 from fastload.backends.dali_pipeline import PURPOSE, build_pipeline, feed_arrays, window
 from fastload.collate import collate_images
 from fastload.config import available_cpus
-from fastload.decode import check_pixels, image_size
+from fastload.decode import check_pixels
 from fastload.errors import CorruptRecordError
 from fastload.optional import require
 from fastload.prefetch import ThreadPrefetcher
@@ -127,13 +127,12 @@ class DaliBackend:
         payloads = ds.reader.read_many(indices)
         widths, heights = ds.index.width[indices], ds.index.height[indices]
         windows, flips = [], []
-        for k, (index, epoch, seed) in enumerate(parsed):
-            width, height = int(widths[k]), int(heights[k])
-            if width < 0:  # not measured at pack time: read the header
-                width, height = image_size(payloads[k], where=ds.reader.where(index))
-            # what decode refuses before decoding a pixel
-            check_pixels(width, height, where=ds.reader.where(index), max_pixels=ds.max_pixels)
-            plan = ds.pipeline.plan(index, epoch, seed, width, height)
+        for k, key in enumerate(parsed):
+            where = ds.reader.where(key[0])
+            plan, width, height = ds.pipeline.plan_record(
+                payloads[k], key, int(widths[k]), int(heights[k]), where=where, max_pixels=ds.max_pixels)
+            # what decode refuses before decoding a pixel (a size from the index is unchecked so far)
+            check_pixels(width, height, where=where, max_pixels=ds.max_pixels)
             windows.append(window(plan, width, height))
             flips.append(plan.flip)
         labels: Any = torch.as_tensor(ds.index.label[indices], dtype=torch.int64)
