@@ -84,7 +84,10 @@ def _bench(args: argparse.Namespace) -> int:
     from fastload.benchmark import bench
 
     _check_plot(args)
-    grid = [(w, args.prefetch_factor) for w in args.torch_workers] if args.torch_workers else None
+    from fastload.config import available_cpus
+
+    # --prefetch-factor applies with or without --torch-workers (default: one worker per core)
+    grid = [(w, args.prefetch_factor) for w in args.torch_workers or [available_cpus()]]
     report = bench(args.src, args.packed, batch_size=args.batch_size, image_size=args.image_size,
                    duration=args.duration, samples=args.samples, cold=args.cold, stages=args.stages,
                    model_step=_model_step(args), torch_grid=grid, dali=not args.no_dali,

@@ -35,7 +35,8 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
           dali: bool = True, include: Collection[RunKind] = ("baseline", "raw", "fastload"),
           fastload_variants: Sequence[dict[str, Any]] = (), only: Collection[str] | None = None,
           temp_pack: int = 2000, work: str | os.PathLike[str] | None = None,
-          stage_budget: float = 0.5, progress: bool | None = None) -> BenchReport:
+          stage_budget: float = 0.5, measure_ceilings: bool = True,
+          progress: bool | None = None) -> BenchReport:
     """Every contender on the same records, side by side; see :mod:`fastload.benchmark`.
 
     Args:
@@ -52,6 +53,8 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
         only: run just the rows of these names (e.g. one loader in a fresh process, for its memory).
         temp_pack, work: a folder with no packed copy gets at most this many files packed into
             a temporary dataset under ``work`` (default: the system's temp folder).
+        measure_ceilings: also measure the machine's ceilings (a few seconds); False when a
+            caller already has them (repeats of one comparison, a row rerun for its memory).
     """
     _check(batch_size, duration, samples)
     cores = available_cpus()
@@ -80,7 +83,7 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
                 if stages:
                     _diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold,
                                    model_step, None, stage_budget, shown)
-                else:
+                elif measure_ceilings:
                     shown.note("measuring the machine's ceilings")
                     probe = _probe(inputs, image_size)
                     sample = sample_records(probe)

@@ -72,6 +72,14 @@ def test_bench_a_packed_dataset_finds_its_source_folder(cli, photos):
     assert f"baseline: the source folder in the manifest, {photos('folder')}" in result.out
 
 
+def test_prefetch_factor_applies_without_torch_workers(cli, photos):
+    from fastload.config import available_cpus
+
+    result = cli("bench", photos("lmdb"), *QUICK, "--no-dali", "--prefetch-factor", "2")
+    assert result.rc == 0, result.err
+    assert f"torch ImageFolder, tuned w{available_cpus()} pf2" in table_rows(result.out)
+
+
 def test_bench_with_the_dali_row(cli, photos):
     result = cli("bench", photos("lmdb"), *QUICK, "--torch-workers", "1")
     rows = table_rows(result.out)
