@@ -10,7 +10,6 @@ With a cold cache, each row first drops its files from the page cache.
 from __future__ import annotations
 
 import gc
-import inspect
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -124,13 +123,6 @@ def settings_text(loader: Any) -> str:
     return f"{s.mode}: num_workers={s.num_workers}, prefetch_factor={s.prefetch_factor}"
 
 
-def has_backend_argument() -> bool:
-    """Whether this fastload's DataLoader takes ``backend=`` (the DALI tail)."""
-    from fastload.loader import DataLoader
-
-    return "backend" in inspect.signature(DataLoader.__init__).parameters
-
-
 def fastload_rows(packed: Sequence[Path], batch_size: int, image_size: int, cold: bool,
                   dali: bool = True, variants: Sequence[dict[str, Any]] = ()) -> list[RunSpec]:
     """fastload's train pipeline (RandomResizedCrop + flip, uint8 batches) on each packed dataset:
@@ -157,13 +149,7 @@ def fastload_rows(packed: Sequence[Path], batch_size: int, image_size: int, cold
                                 size, prepare=prepare))
         if dali:
             rows.append(RunSpec(f"fastload {manifest.storage}, DALI backend", "dali", manifest.storage,
-                                _dali_maker(make), "backend='dali'", size, prepare=prepare))
+                                lambda make=make: make(backend="dali"), "backend='dali'", size,
+                                prepare=prepare))
     return rows
 
-
-def _dali_maker(make: Callable[..., Any]) -> Callable[[], Any]:
-    def make_dali() -> Any:
-        if not has_backend_argument():
-            raise NotImplementedError("this fastload.DataLoader has no backend= argument yet")
-        return make(backend="dali")
-    return make_dali
