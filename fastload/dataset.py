@@ -15,7 +15,7 @@ from fastload.collate import ImageBatch, SkipCountedList
 from fastload.config import available_cpus
 from fastload.decode import MAX_PIXELS, decode_rgb
 from fastload.epoch_sampler import SampleKey
-from fastload.errors import CorruptRecordError, ManifestError, SkippedRecordWarning
+from fastload.errors import CorruptRecordError, SkippedRecordWarning
 from fastload.format import Manifest, RecordIndex, read_manifest
 from fastload.pipeline import ImagePipeline, ThreadDecoder, decode_batch
 from fastload.readers import READERS, ShardReader
@@ -93,17 +93,8 @@ class PackedDataset(torch.utils.data.Dataset):
 
     def _check_shard_files(self) -> None:
         """A missing, truncated or extended shard is refused at open, not at its first read."""
-        for info in self.manifest.shards:
-            path = self.root / info.file
-            try:
-                size = os.stat(path).st_size
-            except OSError as exc:
-                raise ManifestError(f"{path}: shard file cannot be opened ({exc.strerror}); the dataset "
-                                    "is incomplete, re-pack it with `fastload pack`") from None
-            if size != info.bytes:
-                raise ManifestError(f"{path}: {size} bytes on disk, the manifest says {info.bytes} "
-                                    f"(truncated or replaced); run `fastload verify {self.root}` and "
-                                    "re-pack the dataset")
+        for shard in range(len(self.manifest.shards)):
+            self.reader.stat_shard(shard)
 
     def __getstate__(self) -> dict[str, Any]:
         # Spawned workers re-open from the directory instead of receiving pickled arrays.

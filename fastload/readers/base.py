@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fastload.errors import CorruptRecordError
+from fastload.errors import CorruptRecordError, ManifestError
 from fastload.format import Manifest, RecordIndex, record_checksum
 
 
@@ -42,6 +42,21 @@ class ShardReader:
 
     def open_shard(self, shard: int) -> Any:
         raise NotImplementedError
+
+    def stat_shard(self, shard: int) -> os.stat_result:
+        """The shard file's stat; a missing, truncated or extended file raises ManifestError."""
+        path = self.root / self.manifest.shards[shard].file
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise ManifestError(f"{path}: shard file cannot be opened ({exc.strerror}); the dataset "
+                                "is incomplete, re-pack it with `fastload pack`") from None
+        expected = self.manifest.shards[shard].bytes
+        if st.st_size != expected:
+            raise ManifestError(f"{path}: {st.st_size} bytes on disk, the manifest says {expected} "
+                                f"(truncated or replaced); run `fastload verify {self.root}` and "
+                                "re-pack the dataset")
+        return st
 
     def read(self, i: int) -> bytes:
         """Payload bytes of record ``i``."""
