@@ -185,9 +185,15 @@ def _bounded(fn: Callable[[Any], Any], items: Sequence[Any], budget: float, leas
     return out
 
 
-def sample_records(probe: Probe, records: int = 64, seed: int = 0, budget: float = 0.5) -> dict[str, Any]:
-    """A fixed random sample of records and their bytes (read in at most about ``budget`` s)."""
-    chosen = [int(i) for i in np.random.default_rng(seed).permutation(len(probe))[:records]]
+def _choose(probe: Probe, records: int, seed: int) -> list[int]:
+    return [int(i) for i in np.random.default_rng(seed).permutation(len(probe))[:records]]
+
+
+def sample_records(probe: Probe, records: int = 64, seed: int = 0, budget: float = 0.5,
+                   chosen: list[int] | None = None) -> dict[str, Any]:
+    """A fixed random sample of records and their bytes (read in at most about ``budget`` s);
+    ``chosen``: the records :func:`_choose` picked already."""
+    chosen = _choose(probe, records, seed) if chosen is None else chosen
     blobs = _bounded(probe.read, chosen, budget)
     return {"indices": chosen[: len(blobs)], "blobs": blobs}
 
@@ -199,7 +205,7 @@ def measure_stages(probe: Probe, *, batch_size: int, cold: bool, budget: float =
     Returns the stages (``parallel`` left at 1: the caller knows the loader) and the data the
     ceilings reuse: the sampled indices and their bytes (see :func:`sample_records`).
     """
-    chosen = [int(i) for i in np.random.default_rng(seed).permutation(len(probe))[:records]]
+    chosen = _choose(probe, records, seed)
     if cold:
         probe.release()
         drop_cache(probe.files_of(chosen))
@@ -208,10 +214,10 @@ def measure_stages(probe: Probe, *, batch_size: int, cold: bool, budget: float =
         done = _bounded(probe.read, cold_part, budget)
         read_s = (time.perf_counter() - started) / len(done)
         read_note = f"cold page cache, one read at a time ({len(done)} records)"
-    blobs = _bounded(probe.read, chosen, budget)
-    pairs = list(zip(chosen, blobs))
+    sample = sample_records(probe, budget=budget, chosen=chosen)
+    pairs = list(zip(sample["indices"], sample["blobs"]))
     if not cold:
-        read_s = per_call(probe.read, chosen[: len(blobs)], budget)
+        read_s = per_call(probe.read, sample["indices"], budget)
         read_note = "warm page cache, one read at a time"
     decoded = _bounded(lambda p: probe.decode(*p), pairs, budget)
     decode_s = on_decode_thread(lambda: per_call(lambda p: probe.decode(*p), pairs[: len(decoded)], budget))
@@ -226,7 +232,7 @@ def measure_stages(probe: Probe, *, batch_size: int, cold: bool, budget: float =
               Stage("transform", "cpu", transform_s,
                     note="inside the decode" if "crop" in probe.decode_name else None),
               Stage("collate", "cpu", collate_s)]
-    return stages, {"indices": chosen[: len(blobs)], "blobs": blobs}
+    return stages, sample
 
 
 def on_decode_thread(measure: Callable[[], float]) -> float:
