@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastload.benchmark.stages import READS_IN_FLIGHT, Probe, drop_cache, on_decode_thread, per_call
+from fastload.benchmark.stages import (
+    READS_IN_FLIGHT, Probe, drop_cache, make_cold, on_decode_thread, per_call,
+)
 from fastload.decode import REGION_DECODE, decode_crop, decode_rgb
 from fastload.transforms import TrainCrop
 
@@ -129,8 +131,7 @@ def ceilings(probe: Probe, sample: dict[str, Any], *, cores: int, cold: bool, bu
         "h2d_pageable_mb_s": h2d_rate(image_size, batch_size, pinned=False),
     }
     if cold:
-        probe.release()
-        drop_cache(probe.files_of(indices))
+        make_cold(probe, indices)
         out["read_cold_mb_s"] = parallel_read_rate(lambda c: [probe.read(i) for i in c], indices, budget,
                                                    once=True)
     if sequential_files:

@@ -144,6 +144,13 @@ class PackedProbe:
         gc.collect()
 
 
+def make_cold(probe: Probe, indices: Sequence[int]) -> None:
+    """Drop the files of records ``indices`` from the page cache, once the probe has let go of
+    what it maps (mapped pages survive the drop)."""
+    probe.release()
+    drop_cache(probe.files_of(indices))
+
+
 def drop_cache(paths: Sequence[str | os.PathLike[str]]) -> None:
     """Ask the kernel to forget each file's cached pages (``posix_fadvise(DONTNEED)``).
 
@@ -207,8 +214,7 @@ def measure_stages(probe: Probe, *, batch_size: int, cold: bool, budget: float =
     """
     chosen = _choose(probe, records, seed)
     if cold:
-        probe.release()
-        drop_cache(probe.files_of(chosen))
+        make_cold(probe, chosen)
         cold_part = chosen[: max(4, len(chosen) // 4)]
         started = time.perf_counter()
         done = _bounded(probe.read, cold_part, budget)

@@ -22,7 +22,7 @@ from fastload.benchmark.ceilings import ceilings
 from fastload.benchmark.monitor import Progress
 from fastload.benchmark.runs import Limits, ModelStep, RunKind, RunResult, RunSpec, run_all
 from fastload.benchmark.stages import (
-    ImageFolderProbe, PackedProbe, Probe, Stage, drop_cache, measure_stages, sample_records, shard_files,
+    ImageFolderProbe, PackedProbe, Probe, Stage, make_cold, measure_stages, sample_records, shard_files,
 )
 from fastload.benchmark.verdict import Evidence, diagnose
 from fastload.config import available_cpus
@@ -147,8 +147,7 @@ def _diagnose_into(report: BenchReport, inputs: Inputs, batch_size: int, image_s
     spec, probe = _loader_spec(dataset, batch_size, num_workers, cores)
     if cold:
         def prepare() -> None:
-            probe.release()
-            drop_cache(probe.files_of(range(len(probe))))
+            make_cold(probe, range(len(probe)))
         spec.prepare = prepare
     runs, interrupted = run_all([spec], Limits(duration, samples, one_epoch=cold),
                                 model_step=model_step, progress=shown, keep_loaders=True)
