@@ -174,3 +174,17 @@ def test_ctrl_c_prints_the_partial_table(photos, tmp_path):
         "torch ImageFolder, defaults"]
     assert "interrupted: the table holds what was measured before Ctrl-C" in out
     assert "Traceback" not in err and list(Path(work).iterdir()) == []
+
+
+def test_cold_bench_and_doctor_drop_the_cache_and_read_once(cli, photos, tmp_path):
+    result = cli("bench", photos("folder"), "--packed", photos("lmdb"), *QUICK, "--no-dali", "--cold",
+                 "--json", tmp_path / "b.json")
+    assert result.rc == 0, result.err
+    assert "cold page cache (one pass per row)" in result.out.splitlines()[0]
+    doc = json.loads((tmp_path / "b.json").read_text())
+    assert validate(doc) == [] and doc["config"]["cold"] is True
+    assert doc["ceilings"]["read_cold_mb_s"] > 0 and doc["ceilings"]["disk_sequential_mb_s"] > 0
+    assert all(r["status"] == "ok" for r in doc["runs"])
+    doctor = cli("doctor", photos("hdf5"), *QUICK, "--cold")
+    assert doctor.rc == 0, doctor.err
+    assert "cold page cache, one read at a time" in doctor.out
