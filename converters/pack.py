@@ -9,7 +9,7 @@ import resource
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from converters.checks import InvalidFile, check_image
 from converters.finalize import finalize
+from converters.interrupt import interrupt_between_files
 from converters.plan import Journal, ShardPlan, plan_shards
 from converters.readahead import map_in_order, read_in_order
 from converters.reencode import reencode_jpeg
@@ -195,6 +196,7 @@ class _Packer:
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.journal = Journal(out)
         self.resumed = 0
+        self.check_interrupt: Callable[[], None] = lambda: None  # see converters.interrupt
 
     def run(self, plans: list[ShardPlan]) -> list[dict[str, Any]]:
         for stale in self.out.glob("*.tmp"):
@@ -214,14 +216,14 @@ class _Packer:
                 extra.unlink()
         total = sum(max(self.items[i].size, 0) for p in todo for i in range(p.start, p.end))
         indices = [i for plan in todo for i in range(plan.start, plan.end)]
-        behind = WriteBehind()
-        with _progress_bar(total, self.progress) as bar, \
+        with interrupt_between_files() as self.check_interrupt, _progress_bar(total, self.progress) as bar, \
                 ThreadPoolExecutor(self.options["workers"], thread_name_prefix="fastload-pack") as pool:
+            behind = WriteBehind()
             loaded = self._loaded(pool, indices)
             try:
                 for plan in todo:
                     records[plan.number] = self._write_shard(plan, loaded, behind, bar)
-                behind.close()
+                behind.close(while_waiting=self.check_interrupt)  # up to 64 MB still to write
             except WriteFailed as failed:
                 raise PackError(_write_error(self.out, failed.shard, failed.cause)) from None
             finally:
@@ -285,6 +287,7 @@ class _Packer:
                            lambda: tmp.unlink(missing_ok=True))
         offset = 0  # writers store payloads back to back: offsets are known before they are written
         for _ in range(plan.start, plan.end):
+            self.check_interrupt()  # Ctrl-C lands here (or in close) while the threads run
             got = next(loaded)
             bar.update(max(self.items[got.index].size, 0))
             if got.data is None:

@@ -51,6 +51,7 @@ class WriteBehind:
         self.room = threading.Condition()
         self.commands: queue.SimpleQueue[tuple[str, Any] | None] = queue.SimpleQueue()
         self.error: WriteFailed | None = None
+        self.cancelled = False
         self.batch: list[bytes] = []
         self.batch_bytes = 0
         self.thread = threading.Thread(target=self._run, name="fastload-pack-writer", daemon=True)
@@ -72,20 +73,24 @@ class WriteBehind:
         self._flush()
         self.commands.put(("end", None))
 
-    def close(self) -> None:
-        """Wait until every shard is written; raise WriteFailed for the first that was not."""
+    def close(self, while_waiting: Callable[[], None] = lambda: None) -> None:
+        """Wait until every shard is written; raise WriteFailed for the first that was not.
+        ``while_waiting`` is called every 20 ms meanwhile (the packer checks for Ctrl-C there)."""
         self._flush()
         self.commands.put(None)
-        self.thread.join()
+        while self.thread.is_alive():
+            while_waiting()
+            self.thread.join(0.02)
         self._check()
 
     def cancel(self) -> None:
-        """Stop after the packing thread failed: shards it ended are still finished (they are
-        whole), the shard it was writing is aborted and its partial file removed."""
+        """Stop soon after the packing thread failed or was interrupted: a shard being finished
+        is finished (it is whole), work still queued is dropped, and the shard it belonged to is
+        aborted and its partial file removed."""
         if self.thread.is_alive():
             self.batch, self.batch_bytes = [], 0
-            self.commands.put(("abort", None))
-            self.commands.put(None)
+            self.cancelled = True
+            self.commands.put(("abort", None))  # wakes the thread if it waits for work
             self.thread.join()
 
     def _flush(self) -> None:
@@ -112,7 +117,7 @@ class WriteBehind:
                 with self.room:
                     self.pending -= size
                     self.room.notify_all()
-            if self.error is not None or kind == "abort":
+            if self.error is not None or self.cancelled:
                 break
             try:
                 if kind == "start":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import h5py
 import numpy as np
@@ -127,16 +128,42 @@ def test_write_behind_reports_a_writer_error_with_its_shard(tmp_path):
     assert not path.exists()  # the partial shard is removed
 
 
-def test_cancel_finishes_ended_shards_and_removes_the_open_one(tmp_path):
-    behind, finished = WriteBehind(), []
+def test_cancel_keeps_finished_shards_and_removes_the_open_one(tmp_path):
+    behind, finished, first_done = WriteBehind(), [], threading.Event()
     whole = _payloads(30, seed=1)
-    first = _shard(behind, tmp_path, "first", whole, finished=finished)
+    first = tmp_path / "first.tmp"
+    behind.start_shard("first", lambda: WRITERS["hdf5"](first, 10_000),
+                       lambda size, offset: (finished.append(("first", size)), first_done.set()),
+                       lambda: first.unlink(missing_ok=True))
+    for p in whole:
+        behind.append(p)
     behind.end_shard()
+    assert first_done.wait(60)  # the writer thread has finished "first"
     second = _shard(behind, tmp_path, "second", _payloads(30, seed=2), finished=finished)
     behind.cancel()  # the packing thread failed while reading the second shard's files
     assert finished == [("first", os.path.getsize(first))]
     assert _hdf5_contents(first)[0] == whole
     assert not second.exists()
+
+
+def test_cancel_drops_queued_shards_instead_of_writing_them_first(tmp_path):
+    # Ctrl-C should stop a pack soon, not after the 64 MB of queued payloads are written.
+    behind, finished, gate = WriteBehind(), [], threading.Event()
+    path = tmp_path / "first.tmp"
+
+    def slow_make():
+        gate.wait(60)
+        return WRITERS["hdf5"](path, 10_000)
+
+    behind.start_shard("first", slow_make, lambda *a: finished.append("first"), lambda: path.unlink(missing_ok=True))
+    for p in _payloads(30, seed=1):
+        behind.append(p)
+    behind.end_shard()
+    queued = [_shard(behind, tmp_path, f"queued{k}", _payloads(10, seed=k), finished=finished) for k in range(3)]
+    behind.end_shard()
+    threading.Timer(0.2, gate.set).start()  # the writer is still opening "first" when cancel comes
+    behind.cancel()
+    assert finished == [] and not path.exists() and not any(q.exists() for q in queued)
 
 
 def test_hdf5_exact_rewrite_works_where_copy_file_range_does_not(tmp_path, monkeypatch):
@@ -154,3 +181,27 @@ def test_hdf5_exact_rewrite_works_where_copy_file_range_does_not(tmp_path, monke
     writer.finish()
     stored, capacity = _hdf5_contents(tmp_path / "s.h5")
     assert stored == payloads and capacity == sum(map(len, payloads))
+
+
+def test_close_calls_while_waiting_until_the_writer_is_done_and_lets_its_exception_through(tmp_path):
+    # The packer checks for Ctrl-C there: an interrupt must not wait for every queued shard.
+    behind, gate, calls = WriteBehind(), threading.Event(), []
+    path = tmp_path / "slow.tmp"
+
+    def slow_make():
+        gate.wait(60)
+        return WRITERS["hdf5"](path, 10_000)
+
+    behind.start_shard("slow", slow_make, lambda *a: None, lambda: path.unlink(missing_ok=True))
+    behind.end_shard()
+
+    def interrupted():
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        behind.close(while_waiting=interrupted)  # the writer is held at the gate the whole time
+    gate.set()
+    behind.cancel()
+    assert len(calls) == 3 and not path.exists()
