@@ -226,8 +226,11 @@ class _Packer:
                 behind.close(while_waiting=self.check_interrupt)  # up to 64 MB still to write
             except WriteFailed as failed:
                 raise PackError(_write_error(self.out, failed.shard, failed.cause)) from None
+            except KeyboardInterrupt:
+                behind.cancel(finish_queued=False)  # Ctrl-C: stop now, not after 64 MB of writes
+                raise
             finally:
-                behind.cancel()  # after a failure: the shard being written is removed
+                behind.cancel()  # after a failure: ended shards are finished, the open one removed
                 loaded.close()  # closes files read ahead and cancels queued work
         return [r for r in records if r is not None]
 

@@ -51,7 +51,7 @@ class WriteBehind:
         self.room = threading.Condition()
         self.commands: queue.SimpleQueue[tuple[str, Any] | None] = queue.SimpleQueue()
         self.error: WriteFailed | None = None
-        self.cancelled = False
+        self.dropping = False  # set by cancel: stop at the next command
         self.batch: list[bytes] = []
         self.batch_bytes = 0
         self.thread = threading.Thread(target=self._run, name="fastload-pack-writer", daemon=True)
@@ -83,14 +83,15 @@ class WriteBehind:
             self.thread.join(0.02)
         self._check()
 
-    def cancel(self) -> None:
-        """Stop soon after the packing thread failed or was interrupted: a shard being finished
-        is finished (it is whole), work still queued is dropped, and the shard it belonged to is
-        aborted and its partial file removed."""
+    def cancel(self, finish_queued: bool = True) -> None:
+        """Stop after the packing thread failed: the shard it was writing is aborted and its
+        partial file removed. Shards it had ended are finished first (they are whole, and a
+        resume keeps them) unless ``finish_queued`` is False (Ctrl-C: stop now, redo them later);
+        a shard already being finished is finished either way."""
         if self.thread.is_alive():
             self.batch, self.batch_bytes = [], 0
-            self.cancelled = True
-            self.commands.put(("abort", None))  # wakes the thread if it waits for work
+            self.dropping = not finish_queued
+            self.commands.put(("abort", None))
             self.thread.join()
 
     def _flush(self) -> None:
@@ -117,7 +118,7 @@ class WriteBehind:
                 with self.room:
                     self.pending -= size
                     self.room.notify_all()
-            if self.error is not None or self.cancelled:
+            if self.error is not None or self.dropping or kind == "abort":
                 break
             try:
                 if kind == "start":

@@ -128,17 +128,11 @@ def test_write_behind_reports_a_writer_error_with_its_shard(tmp_path):
     assert not path.exists()  # the partial shard is removed
 
 
-def test_cancel_keeps_finished_shards_and_removes_the_open_one(tmp_path):
-    behind, finished, first_done = WriteBehind(), [], threading.Event()
+def test_cancel_finishes_ended_shards_and_removes_the_open_one(tmp_path):
+    behind, finished = WriteBehind(), []
     whole = _payloads(30, seed=1)
-    first = tmp_path / "first.tmp"
-    behind.start_shard("first", lambda: WRITERS["hdf5"](first, 10_000),
-                       lambda size, offset: (finished.append(("first", size)), first_done.set()),
-                       lambda: first.unlink(missing_ok=True))
-    for p in whole:
-        behind.append(p)
+    first = _shard(behind, tmp_path, "first", whole, finished=finished)
     behind.end_shard()
-    assert first_done.wait(60)  # the writer thread has finished "first"
     second = _shard(behind, tmp_path, "second", _payloads(30, seed=2), finished=finished)
     behind.cancel()  # the packing thread failed while reading the second shard's files
     assert finished == [("first", os.path.getsize(first))]
@@ -162,7 +156,7 @@ def test_cancel_drops_queued_shards_instead_of_writing_them_first(tmp_path):
     queued = [_shard(behind, tmp_path, f"queued{k}", _payloads(10, seed=k), finished=finished) for k in range(3)]
     behind.end_shard()
     threading.Timer(0.2, gate.set).start()  # the writer is still opening "first" when cancel comes
-    behind.cancel()
+    behind.cancel(finish_queued=False)
     assert finished == [] and not path.exists() and not any(q.exists() for q in queued)
 
 
@@ -203,5 +197,5 @@ def test_close_calls_while_waiting_until_the_writer_is_done_and_lets_its_excepti
     with pytest.raises(KeyboardInterrupt):
         behind.close(while_waiting=interrupted)  # the writer is held at the gate the whole time
     gate.set()
-    behind.cancel()
+    behind.cancel(finish_queued=False)
     assert len(calls) == 3 and not path.exists()
