@@ -88,7 +88,7 @@ def test_stopped_at_20_random_points_in_a_row(tmp_path, storage, how):
             point = ("after", rng.uniform(0.0, 0.4))
         elif kill == KILLS - 1:  # in the last shards, or while the index and manifest are written
             point = ("shards", shards - rng.randint(0, 2), rng.uniform(0.0, 0.005))
-        else:  # inside or between shards, at uneven points (a Ctrl-C lets queued shards finish)
+        else:  # inside or between shards, at uneven points; never past the end (a stop there is a finish)
             point = ("shards", min(done + rng.randint(1, 12), shards - 3), rng.uniform(0.0, 0.01))
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
