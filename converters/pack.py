@@ -216,7 +216,8 @@ class _Packer:
                 extra.unlink()
         total = sum(max(self.items[i].size, 0) for p in todo for i in range(p.start, p.end))
         indices = [i for plan in todo for i in range(plan.start, plan.end)]
-        with interrupt_between_files() as self.check_interrupt, _progress_bar(total, self.progress) as bar, \
+        with interrupt_between_files() as self.check_interrupt, \
+                _progress_bar(total, self.progress) as bar, \
                 ThreadPoolExecutor(self.options["workers"], thread_name_prefix="fastload-pack") as pool:
             behind = WriteBehind()
             loaded = self._loaded(pool, indices)

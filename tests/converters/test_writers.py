@@ -149,11 +149,13 @@ def test_cancel_drops_queued_shards_instead_of_writing_them_first(tmp_path):
         gate.wait(60)
         return WRITERS["hdf5"](path, 10_000)
 
-    behind.start_shard("first", slow_make, lambda *a: finished.append("first"), lambda: path.unlink(missing_ok=True))
+    behind.start_shard("first", slow_make, lambda *a: finished.append("first"),
+                       lambda: path.unlink(missing_ok=True))
     for p in _payloads(30, seed=1):
         behind.append(p)
     behind.end_shard()
-    queued = [_shard(behind, tmp_path, f"queued{k}", _payloads(10, seed=k), finished=finished) for k in range(3)]
+    queued = [_shard(behind, tmp_path, f"queued{k}", _payloads(10, seed=k), finished=finished)
+              for k in range(3)]
     behind.end_shard()
     threading.Timer(0.2, gate.set).start()  # the writer is still opening "first" when cancel comes
     behind.cancel(finish_queued=False)
