@@ -196,7 +196,6 @@ class _Packer:
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.journal = Journal(out)
         self.resumed = 0
-        self.check_interrupt: Callable[[], None] = lambda: None  # see converters.interrupt
 
     def run(self, plans: list[ShardPlan]) -> list[dict[str, Any]]:
         for stale in self.out.glob("*.tmp"):
@@ -216,15 +215,16 @@ class _Packer:
                 extra.unlink()
         total = sum(max(self.items[i].size, 0) for p in todo for i in range(p.start, p.end))
         indices = [i for plan in todo for i in range(plan.start, plan.end)]
-        with interrupt_between_files() as self.check_interrupt, \
+        with interrupt_between_files() as check_interrupt, \
                 _progress_bar(total, self.progress) as bar, \
                 ThreadPoolExecutor(self.options["workers"], thread_name_prefix="fastload-pack") as pool:
             behind = WriteBehind()
             loaded = self._loaded(pool, indices)
             try:
                 for plan in todo:
-                    records[plan.number] = self._write_shard(plan, loaded, behind, bar)
-                behind.close(while_waiting=self.check_interrupt)  # up to 64 MB still to write
+                    records[plan.number] = self._write_shard(plan, loaded, behind, bar,
+                                                             check_interrupt)
+                behind.close(while_waiting=check_interrupt)  # up to 64 MB still to write
             except WriteFailed as failed:
                 raise PackError(_write_error(self.out, failed.shard, failed.cause)) from None
             except KeyboardInterrupt:
@@ -274,7 +274,7 @@ class _Packer:
         return _Loaded(index, data, width, height, checksum=record_checksum(data))
 
     def _write_shard(self, plan: ShardPlan, loaded: Iterator[_Loaded], behind: WriteBehind,
-                     bar: Any) -> dict[str, Any]:
+                     bar: Any, check_interrupt: Callable[[], None]) -> dict[str, Any]:
         """Hand one shard's payloads to the writer thread; the record is complete once it is done."""
         name = shard_name(self.storage, plan.number)
         final, tmp = self.out / name, self.out / (name + ".tmp")
@@ -291,7 +291,7 @@ class _Packer:
                            lambda: tmp.unlink(missing_ok=True))
         offset = 0  # writers store payloads back to back: offsets are known before they are written
         for _ in range(plan.start, plan.end):
-            self.check_interrupt()  # Ctrl-C lands here (or in close) while the threads run
+            check_interrupt()  # Ctrl-C lands here (or in close) while the threads run
             got = next(loaded)
             bar.update(max(self.items[got.index].size, 0))
             if got.data is None:
