@@ -6,7 +6,7 @@ DEMO := demo
 
 .PHONY: demo test test-all venv clean
 
-$(VENV)/.installed: setup.cfg setup.py pyproject.toml fastload/jpeg_region.c
+$(VENV)/.installed: setup.cfg setup.py pyproject.toml fastload/*.c fastload/*.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# The pinned CPU torch first: an unpinned one would pull several GB of CUDA packages.

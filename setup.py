@@ -3,10 +3,13 @@
 ``fastload._jpeg_region`` decodes only a JPEG crop's rows and columns with the system's
 libjpeg(-turbo) (Debian/Ubuntu: ``libjpeg-dev``; most Python images have it). It is optional:
 without a compiler or those headers the install still succeeds and fastload decodes whole images
-with Pillow (same pixels, slower); ``fastload doctor`` says which decoder runs.
+with Pillow (same pixels, slower), and ``fastload pack --restart-markers`` is refused;
+``fastload doctor`` says which decoder runs.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("fastload._jpeg_region", sources=["fastload/jpeg_region.c"],
-                             libraries=["jpeg"], optional=True)])
+setup(ext_modules=[Extension("fastload._jpeg_region",
+                             sources=["fastload/jpeg_region.c", "fastload/jpeg_splice.c",
+                                      "fastload/jpeg_restarts.c"],
+                             depends=["fastload/jpeg_native.h"], libraries=["jpeg"], optional=True)])

@@ -14,25 +14,20 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include <setjmp.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <jpeglib.h>
+#include "jpeg_native.h"
 
 /* Columns and rows decoded beyond each side of the box, then dropped: a cropped decode treats
  * its edges as the image's edges when it upsamples chroma; this margin keeps the kept pixels
  * identical to a full decode's. */
 #define MARGIN 16
 
-static PyObject *RegionDecodeError;
+/* Restart intervals written by add_restart_markers: at most this many pixels wide. */
+#define RESTART_WIDTH 64
 
-typedef struct {
-    struct jpeg_error_mgr pub;
-    jmp_buf jump;
-    char message[JMSG_LENGTH_MAX];
-} ErrorManager;
+static PyObject *RegionDecodeError;
 
 static void stop_on_error(j_common_ptr cinfo) {
     ErrorManager *err = (ErrorManager *)cinfo->err;
@@ -45,6 +40,14 @@ static void stop_on_warning(j_common_ptr cinfo, int level) {
     if (level < 0) {
         stop_on_error(cinfo);
     }
+}
+
+struct jpeg_error_mgr *fastload_jpeg_errors(ErrorManager *err) {
+    struct jpeg_error_mgr *pub = jpeg_std_error(&err->pub);
+    pub->error_exit = stop_on_error;
+    pub->emit_message = stop_on_warning;
+    err->message[0] = '\0';
+    return pub;
 }
 
 typedef struct {
@@ -78,10 +81,7 @@ static void decode(Request *req) {
     JSAMPLE *volatile row = NULL;
 
     memset(&cinfo, 0, sizeof cinfo);
-    cinfo.err = jpeg_std_error(&err.pub);
-    err.pub.error_exit = stop_on_error;
-    err.pub.emit_message = stop_on_warning;
-    err.message[0] = '\0';
+    cinfo.err = fastload_jpeg_errors(&err);
     if (setjmp(err.jump)) {
         req->status = 1;
         memcpy(req->message, err.message, sizeof req->message);
@@ -144,22 +144,66 @@ done:
     jpeg_destroy_decompress(&cinfo); /* also ends a decompression stopped part-way */
 }
 
+/* The box's corner, in original pixels, moved by `by` scaled pixels and kept within int. */
+static int original_pixels(int scaled, int by, int scale) {
+    long long v = ((long long)scaled + by) * scale;
+    return v > 0x3FFFFFFF ? 0x3FFFFFFF : (v < 0 ? 0 : (int)v);
+}
+
+/* Decode from the box's restart intervals alone when the JPEG has intervals that tile its rows
+ * (jpeg_splice.c); otherwise, or when the cut would be the whole image, from the whole file. The
+ * cut reaches MARGIN pixels past the box too, so the pixels are those of a whole-file decode. */
+static void decode_cut_or_whole(Request *req) {
+    JpegCut cut;
+    Request part;
+    int s = req->scale, dx, dy;
+
+    if (!fastload_jpeg_cut(req->data, req->length, original_pixels(req->left, -MARGIN, s),
+                           original_pixels(req->top, -MARGIN, s),
+                           original_pixels(req->right, MARGIN, s),
+                           original_pixels(req->bottom, MARGIN, s), req->max_pixels, &cut)) {
+        decode(req);
+        return;
+    }
+    dx = cut.x / s; /* whole scaled pixels: cuts start on MCU edges, 8 or 16 pixels apart */
+    dy = cut.y / s;
+    part = *req;
+    part.data = cut.data;
+    part.length = cut.length;
+    part.left -= dx;
+    part.right -= dx;
+    part.top -= dy;
+    part.bottom -= dy;
+    decode(&part);
+    free(cut.data);
+    part.data = req->data;
+    part.length = req->length;
+    part.left += dx;
+    part.right += dx;
+    part.top += dy;
+    part.bottom += dy;
+    *req = part;
+}
+
 PyDoc_STRVAR(decode_region_doc,
-"decode_region(data, scale, left, top, right, bottom, max_pixels)\n"
+"decode_region(data, scale, left, top, right, bottom, max_pixels, cut=False)\n"
 "    -> (pixels, left, top, width, height)\n\n"
 "Decode the box [left, right) x [top, bottom) of a JPEG at 1/scale size (scale 1, 2, 4 or 8;\n"
 "the box in scaled pixels, clamped to the image) to RGB: ``pixels`` is a bytearray of\n"
-"height * width * 3 bytes, for the clamped box returned with it. Raises RegionDecodeError for\n"
-"anything libjpeg refuses or warns about, a box with nothing inside the image, or an image over\n"
-"max_pixels.");
+"height * width * 3 bytes, for the clamped box returned with it. With cut=True, a JPEG whose\n"
+"restart intervals tile its rows is decoded from the box's intervals only (same pixels; data\n"
+"outside them is not read, so pass it only for files checked whole, as `fastload pack\n"
+"--restart-markers` does). Raises RegionDecodeError for anything libjpeg refuses or warns\n"
+"about, a box with nothing inside the image, or an image over max_pixels.");
 
 static PyObject *decode_region(PyObject *self, PyObject *args) {
     Py_buffer data;
     Request req;
+    int cut = 0;
     (void)self;
     memset(&req, 0, sizeof req);
-    if (!PyArg_ParseTuple(args, "y*iiiiil", &data, &req.scale, &req.left, &req.top, &req.right,
-                          &req.bottom, &req.max_pixels)) {
+    if (!PyArg_ParseTuple(args, "y*iiiiil|p", &data, &req.scale, &req.left, &req.top, &req.right,
+                          &req.bottom, &req.max_pixels, &cut)) {
         return NULL;
     }
     if (!(req.scale == 1 || req.scale == 2 || req.scale == 4 || req.scale == 8) || req.left < 0 ||
@@ -172,7 +216,11 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
     req.data = (const unsigned char *)data.buf;
     req.length = (size_t)data.len;
     req.thread = PyEval_SaveThread();
-    decode(&req);
+    if (cut) {
+        decode_cut_or_whole(&req);
+    } else {
+        decode(&req);
+    }
     PyEval_RestoreThread(req.thread);
     PyBuffer_Release(&data);
     switch (req.status) {
@@ -198,8 +246,45 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
     return NULL;
 }
 
+PyDoc_STRVAR(add_restart_markers_doc,
+"add_restart_markers(data) -> (jpeg_bytes, interval_mcus)\n\n"
+"The JPEG rewritten losslessly (the same DCT coefficients, so the same pixels) as baseline\n"
+"with optimised Huffman tables and a restart marker every interval_mcus MCUs: intervals at\n"
+"most 64 pixels wide that never run from one MCU row into the next, so decode_region(...,\n"
+"cut=True) can decode a crop from its intervals alone. Every block is decoded on the way:\n"
+"raises RegionDecodeError with libjpeg's message for anything corrupt, truncated or not a\n"
+"JPEG libjpeg reads.");
+
+static PyObject *add_restart_markers(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    unsigned char *out;
+    size_t length = 0;
+    int interval = 0;
+    char message[JMSG_LENGTH_MAX];
+    PyObject *result;
+    PyThreadState *thread;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*", &data)) {
+        return NULL;
+    }
+    message[0] = '\0';
+    thread = PyEval_SaveThread();
+    out = fastload_jpeg_add_restarts((const unsigned char *)data.buf, (size_t)data.len,
+                                     RESTART_WIDTH, &length, &interval, message);
+    PyEval_RestoreThread(thread);
+    PyBuffer_Release(&data);
+    if (out == NULL) {
+        PyErr_Format(RegionDecodeError, "libjpeg: %s", message);
+        return NULL;
+    }
+    result = Py_BuildValue("(y#i)", (const char *)out, (Py_ssize_t)length, interval);
+    free(out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode_region", decode_region, METH_VARARGS, decode_region_doc},
+    {"add_restart_markers", add_restart_markers, METH_VARARGS, add_restart_markers_doc},
     {NULL, NULL, 0, NULL},
 };
 
