@@ -22,6 +22,7 @@ def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[s
              options: dict[str, Any], exts: tuple[str, ...]) -> PackReport:
     """Index columns, skipped report, then the manifest, written last."""
     skipped = list(listing.skipped) + [Skip(rel, reason) for r in records for rel, reason in r["skips"]]
+    kept_as_is = [Skip(rel, reason) for r in records for rel, reason in r.get("kept_as_is", [])]
     items = np.array([i for r in records for i in r["items"]], dtype=np.int64)
     if len(items) == 0:
         raise PackError(f"{listing.root}: no file could be packed ({len(skipped)} skipped: first "
@@ -64,6 +65,8 @@ def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[s
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "fastload_version": __version__, "reencode": options["reencode"],
                 "check": options["check"], "extensions": list(exts), "shard_size": options["shard_size"],
+                "restart_markers": ({"kept_as_is": len(kept_as_is)} if options["restart_markers"]
+                                    else None),
                 "skipped": len(skipped), "skipped_report": SKIPPED_REPORT_NAME if report_path else None,
                 "ignored": dict(listing.ignored)},
     )
@@ -71,7 +74,8 @@ def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[s
     shutil.rmtree(out / PACK_STATE_DIR, ignore_errors=True)
     return PackReport(out=out, storage=storage, num_records=manifest.num_records,
                       total_bytes=manifest.total_bytes, num_shards=len(shards), skipped=len(skipped),
-                      skipped_files=skipped, skipped_report=report_path, ignored=dict(listing.ignored))
+                      skipped_files=skipped, skipped_report=report_path, ignored=dict(listing.ignored),
+                      kept_as_is=kept_as_is)
 
 
 def _add_strings(columns: dict[str, np.ndarray], name: str, values: list[str]) -> None:

@@ -21,6 +21,7 @@ from converters.interrupt import interrupt_between_files
 from converters.plan import Journal, ShardPlan, plan_shards
 from converters.readahead import map_in_order, read_in_order
 from converters.reencode import reencode_jpeg
+from converters.restarts import check_available, with_restart_markers
 from converters.report import PackReport
 from converters.sources import IMAGE_EXTENSIONS, Layout, SourceItem, list_source, normalize_extensions
 from converters.writers import WRITERS
@@ -55,7 +56,7 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
          extensions: list[str] | None = None, on_error: OnError = "fail", max_side: int | None = None,
          quality: int | None = None, overwrite: bool = False, progress: bool | None = None,
          layout: Layout = "auto", check: Literal["header", "decode"] = "header",
-         max_pixels: int = MAX_PIXELS) -> PackReport:
+         max_pixels: int = MAX_PIXELS, restart_markers: bool = False) -> PackReport:
     """Pack a folder or file list into a fastload dataset; see ``fastload pack --help``.
 
     Returns a PackReport. Raises SourceError / SourceNotFoundError for a bad source or file
@@ -64,7 +65,8 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
     started = time.perf_counter()
     src_path = Path(os.path.abspath(src))
     out_path = Path(os.path.abspath(out)) if out is not None else default_out(src_path)
-    options = _check_options(format, shard_size, workers, on_error, max_side, quality, check, max_pixels)
+    options = _check_options(format, shard_size, workers, on_error, max_side, quality, check, max_pixels,
+                             restart_markers)
     exts = normalize_extensions(extensions)
     listing = list_source(src_path, layout=layout, extensions=exts, on_error=on_error)
     _check_out_location(src_path, listing.root, out_path)
@@ -86,7 +88,8 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
 
 
 def _check_options(format: str, shard_size: str | int, workers: int | None, on_error: str,
-                   max_side: int | None, quality: int | None, check: str, max_pixels: int) -> dict[str, Any]:
+                   max_side: int | None, quality: int | None, check: str, max_pixels: int,
+                   restart_markers: bool) -> dict[str, Any]:
     if format not in WRITERS:
         raise ValueError(f"format={format!r}: choose one of {', '.join(WRITERS)}")
     if on_error not in ("fail", "skip"):
@@ -101,10 +104,13 @@ def _check_options(format: str, shard_size: str | int, workers: int | None, on_e
         raise ValueError(f"quality={quality}: must be between 1 and 100")
     if max_pixels < 1:
         raise ValueError(f"max_pixels={max_pixels}: must be positive")
+    if restart_markers:
+        check_available()
     reencode = {"max_side": max_side, "quality": quality or 90} if (max_side or quality) else None
     return {"format_version": FORMAT_VERSION, "storage": format,
             "shard_size": parse_size(shard_size, name="shard_size"), "workers": workers or default_workers(),
-            "on_error": on_error, "reencode": reencode, "check": check, "max_pixels": max_pixels}
+            "on_error": on_error, "reencode": reencode, "check": check, "max_pixels": max_pixels,
+            "restart_markers": bool(restart_markers)}
 
 
 def _check_out_location(src: Path, src_root: Path, out: Path) -> None:
@@ -185,6 +191,7 @@ class _Loaded:
     height: int = -1
     reason: str | None = None
     checksum: int = 0
+    kept_as_is: str | None = None  # why --restart-markers left this JPEG's bytes as they were
 
 
 class _Packer:
@@ -238,7 +245,7 @@ class _Packer:
     def _loaded(self, pool: ThreadPoolExecutor, indices: list[int]) -> Iterator[_Loaded]:
         """Every item read and examined, in order (see converters.readahead for the two ways)."""
         workers = self.options["workers"]
-        if self.options["reencode"] or self.options["check"] == "decode":
+        if self.options["reencode"] or self.options["restart_markers"] or self.options["check"] == "decode":
             yield from map_in_order(pool, self._load, indices, lambda i: max(self.items[i].size, 0),
                                     max_items=workers * 8, max_weight=_READ_AHEAD_BYTES)
             return
@@ -258,7 +265,8 @@ class _Packer:
         return self._examine(index, data)
 
     def _examine(self, index: int, data: bytes | OSError) -> _Loaded:
-        """Check (and re-encode) one file's bytes; a reason instead of bytes when it cannot be packed."""
+        """Check (and re-encode, or rewrite with restart markers) one file's bytes; a reason instead of
+        bytes when it cannot be packed."""
         if isinstance(data, OSError):
             return _Loaded(index, None, reason=f"unreadable file ({data.strerror or data})")
         if not self.items[index].rel.lower().endswith(IMAGE_EXTENSIONS):
@@ -271,7 +279,10 @@ class _Packer:
                 data, width, height = reencode_jpeg(data, **self.options["reencode"])
         except InvalidFile as exc:
             return _Loaded(index, None, reason=exc.reason)
-        return _Loaded(index, data, width, height, checksum=record_checksum(data))
+        kept_as_is = None
+        if self.options["restart_markers"]:
+            data, kept_as_is = with_restart_markers(data)
+        return _Loaded(index, data, width, height, checksum=record_checksum(data), kept_as_is=kept_as_is)
 
     def _write_shard(self, plan: ShardPlan, loaded: Iterator[_Loaded], behind: WriteBehind,
                      bar: Any, check_interrupt: Callable[[], None]) -> dict[str, Any]:
@@ -280,7 +291,8 @@ class _Packer:
         final, tmp = self.out / name, self.out / (name + ".tmp")
         planned = sum(max(self.items[i].size, 0) for i in range(plan.start, plan.end))
         record: dict[str, Any] = {"digest": plan.digest, "file": name, "items": [], "sizes": [],
-                                  "offsets": [], "checksums": [], "widths": [], "heights": [], "skips": []}
+                                  "offsets": [], "checksums": [], "widths": [], "heights": [], "skips": [],
+                                  "kept_as_is": []}
 
         def done(file_bytes: int, data_offset: int) -> None:
             record["bytes"], record["data_offset"] = file_bytes, data_offset
@@ -304,6 +316,8 @@ class _Packer:
             record["checksums"].append(got.checksum)
             record["widths"].append(got.width)
             record["heights"].append(got.height)
+            if got.kept_as_is:
+                record["kept_as_is"].append([self.items[got.index].rel, got.kept_as_is])
             offset += len(got.data)
         behind.end_shard()
         return record

@@ -26,6 +26,8 @@ class PackReport:
     ignored: dict[str, int] = field(default_factory=dict)
     resumed_shards: int = 0
     elapsed_s: float = 0.0
+    kept_as_is: list[Skip] = field(default_factory=list)
+    """JPEGs that ``restart_markers=True`` could not rewrite, packed byte for byte, with why."""
 
     @property
     def mb_per_s(self) -> float:
@@ -39,6 +41,10 @@ class PackReport:
             parts.append(f"resumed: kept {self.resumed_shards} finished shards")
         if self.skipped_report:
             parts.append(f"skipped files listed in {self.skipped_report}")
+        if self.kept_as_is:
+            first = self.kept_as_is[0]
+            parts.append(f"{len(self.kept_as_is)} JPEGs packed without restart markers, as they were "
+                         f"(they load, without the faster crop decode; first: {first.rel}: {first.reason})")
         if self.ignored:
             kinds = ", ".join(f"{k} x{v}" for k, v in sorted(self.ignored.items()))
             parts.append(f"ignored {sum(self.ignored.values())} files not selected by extension ({kinds})")

@@ -12,13 +12,20 @@ from fastload.config import format_size
 from fastload.errors import FastloadError
 
 
+def _copied(packed: dict) -> str:
+    if packed.get("restart_markers"):
+        return "none (JPEGs rewritten losslessly, see below; other files copied exactly)"
+    return "none (bytes copied exactly)"
+
+
 def _pack(args: argparse.Namespace) -> int:
     from converters import pack
 
     report = pack(args.src, args.out, format=args.format, shard_size=args.shard_size, workers=args.workers,
                   extensions=args.extensions, on_error=args.on_error, max_side=args.max_side,
                   quality=args.quality, overwrite=args.overwrite, progress=False if args.quiet else None,
-                  layout=args.layout, check=args.check, max_pixels=args.max_pixels)
+                  layout=args.layout, check=args.check, max_pixels=args.max_pixels,
+                  restart_markers=args.restart_markers)
     print(report.summary())
     return 0
 
@@ -35,7 +42,10 @@ def _info(args: argparse.Namespace) -> int:
           f"in {len(info['shards'])} {info['storage']} shards ({format_size(info['disk_bytes'])} on disk)")
     print(f"  packed {packed.get('created', '?')} by fastload {packed.get('fastload_version', '?')} "
           f"from {packed.get('source', '?')} ({packed.get('layout', '?')} layout), "
-          f"re-encode: {packed.get('reencode') or 'none (bytes copied exactly)'}, skipped: {packed.get('skipped', 0)}")
+          f"re-encode: {packed.get('reencode') or _copied(packed)}, skipped: {packed.get('skipped', 0)}")
+    if packed.get("restart_markers"):
+        print(f"  JPEGs rewritten losslessly with restart markers (fast crop decode); "
+              f"{packed['restart_markers'].get('kept_as_is', 0)} kept as they were")
     if info["classes"]:
         print(f"  {len(info['classes'])} classes:")
         for c in info["classes"]:
@@ -168,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how to read SRC (default: auto-detect)")
     p.add_argument("--check", choices=["header", "decode"], default="header",
                    help="per-file check: header + end marker (fast, default) or full decode")
+    p.add_argument("--restart-markers", action="store_true",
+                   help="rewrite JPEGs losslessly (same pixels) with restart markers, so random crops "
+                        "decode from the blocks under them alone: ~20%% faster train decode, slower pack")
     p.add_argument("--max-pixels", type=int, default=MAX_PIXELS,
                    help=f"refuse larger images as decompression bombs (default {MAX_PIXELS})")
     p.add_argument("--overwrite", action="store_true", help="replace a finished dataset at OUT")

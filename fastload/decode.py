@@ -3,7 +3,8 @@
 Two decoders give the same pixels (for a box with fractional edges, within one level in under
 1% of them: Pillow's filter weights round differently from a region's offset). The native one
 (``fastload._jpeg_region``, built against the system's libjpeg-turbo) decodes a JPEG crop's rows
-and iMCU columns only; Pillow decodes the whole image (every other format, and any JPEG the
+and iMCU columns only, and when the file's restart markers tile its rows (``fastload pack
+--restart-markers``), only the restart intervals under the crop; Pillow decodes the whole image (every other format, and any JPEG the
 native one refuses, so Pillow's messages and rules decide what a bad record is). Both use
 libjpeg's 1/2, 1/4, 1/8 reduced-scale decode.
 """
@@ -178,6 +179,7 @@ def decode_crop(
     max_pixels: int = MAX_PIXELS,
     draft: bool = True,
     region: bool = True,
+    cut: bool = True,
     reducing_gap: float | None = None,
 ) -> np.ndarray:
     """Decode the plan's box straight to its output size: ``uint8`` ``H × W × 3`` (HWC).
@@ -203,6 +205,9 @@ def decode_crop(
         draft: Allow JPEG reduced-scale decode (False decodes full size; for comparisons).
         region: Decode only the box of a JPEG when the native decoder is built (False: Pillow
             decodes the whole image; the same pixels, for comparisons).
+        cut: With ``region``, decode a JPEG whose restart markers tile its rows (``fastload
+            pack --restart-markers``) from the restart intervals under the box alone (False:
+            entropy-decode every row above the box too; the same pixels, for comparisons).
         reducing_gap: Passed to ``Image.resize``; None (exact) is the default because after
             a JPEG draft the remaining reduction is under 2× and a gap has no effect.
 
@@ -216,7 +221,7 @@ def decode_crop(
             f"got {out.dtype} {tuple(out.shape)}"
         )
     if region and REGION_DECODE and data[:3] == _JPEG_MAGIC and _ends_whole(data):
-        pixels = _decode_jpeg_box(data, plan, draft, max_pixels, reducing_gap, out)
+        pixels = _decode_jpeg_box(data, plan, draft, cut, max_pixels, reducing_gap, out)
         if pixels is not None:
             return pixels
     # Pillow: every other format, and JPEGs the native decoder refused (Pillow decides why).
@@ -286,7 +291,7 @@ def _resize(img: Image.Image, box: tuple[float, ...], plan: CropPlan, reducing_g
     return out
 
 
-def _decode_jpeg_box(data: bytes, plan: CropPlan, draft: bool, max_pixels: int,
+def _decode_jpeg_box(data: bytes, plan: CropPlan, draft: bool, cut: bool, max_pixels: int,
                      reducing_gap: float | None, out: np.ndarray | None) -> np.ndarray | None:
     """The plan's crop of a JPEG through the native region decoder; None: let Pillow do it.
 
@@ -309,7 +314,7 @@ def _decode_jpeg_box(data: bytes, plan: CropPlan, draft: bool, max_pixels: int,
         buffer, rx, ry, rw, rh = decode_region(data, scale, max(0, math.floor(x0) - margin),
                                                max(0, math.floor(y0) - margin),
                                                math.ceil(x1) + margin, math.ceil(y1) + margin,
-                                               max_pixels)
+                                               max_pixels, cut)
     except (RegionDecodeError, OverflowError):  # OverflowError: a box from a damaged index
         return None
     if x1 > rx + rw + 1e-6 or y1 > ry + rh + 1e-6:
