@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -158,16 +159,23 @@ def test_tune_prints_the_settings_and_the_grid(cli, photos):
 def test_ctrl_c_prints_the_partial_table(photos, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
+    # PYTHONFAULTHANDLER: if it ever hangs, SIGABRT makes it print every thread's stack.
     proc = subprocess.Popen(fastload_command("bench", photos("folder"), "--batch-size", "4", "--image-size",
                                              "32", "--duration", "60", "--no-dali", "--work", work),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONFAULTHANDLER": "1"})
     deadline = time.monotonic() + 60
     while not list(work.glob("*/sample.fl/manifest.json")):  # packed: the first row starts now
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
     time.sleep(1.5)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out, err = proc.communicate()
+        pytest.fail(f"no exit within 60 s of Ctrl-C; its threads were:\n{err[-6000:]}\n{out[-2000:]}")
     assert proc.returncode == 130, err
     rows = table_rows(out)
     assert list(rows)[0] == "torch ImageFolder, defaults" and "[partial: interrupted]" in rows[
