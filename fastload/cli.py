@@ -180,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="per-file check: header + end marker (fast, default) or full decode")
     p.add_argument("--restart-markers", action="store_true",
                    help="rewrite JPEGs losslessly (same pixels) with restart markers, so random crops "
-                        "decode from the blocks under them alone: ~11%% less time per train crop, slower pack")
+                        "decode from the blocks under them alone: ~11%% less time per train crop, "
+                        "slower pack")
     p.add_argument("--max-pixels", type=int, default=MAX_PIXELS,
                    help=f"refuse larger images as decompression bombs (default {MAX_PIXELS})")
     p.add_argument("--overwrite", action="store_true", help="replace a finished dataset at OUT")
