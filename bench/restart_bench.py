@@ -38,8 +38,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def crops(path: Path, indices: list[int], pipeline: ImagePipeline) -> list[tuple[bytes, object]]:
-    ds = fastload.PackedDataset(path)
+def crops(ds: fastload.PackedDataset, indices: list[int],
+          pipeline: ImagePipeline) -> list[tuple[bytes, object]]:
     payloads = ds.reader.read_many(indices)
     return [(data, pipeline.plan(i, 0, 0, *image_size(data))) for i, data in zip(indices, payloads)]
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     indices = [int(i) for i in rng.permutation(len(plain_ds))[:args.samples]]
     pipeline = ImagePipeline(224, train=True)
-    plain, restarts = crops(args.plain, indices, pipeline), crops(args.restarts, indices, pipeline)
+    plain, restarts = crops(plain_ds, indices, pipeline), crops(restart_ds, indices, pipeline)
     ratios, per_sample = [], {"plain": [], "restarts": []}
     with ThreadPoolExecutor(1, thread_name_prefix="fastload-decode") as thread:
         thread.submit(decode_seconds, plain[:50]).result()  # warm-up: pools, torch set-up

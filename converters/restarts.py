@@ -7,7 +7,7 @@ exactly, so every decoder gives the same pixels as from the source file.
 
 from __future__ import annotations
 
-_JPEG_MAGIC = b"\xff\xd8\xff"
+from converters.headers import JPEG_SOI
 
 try:
     from fastload._jpeg_region import RegionDecodeError, add_restart_markers
@@ -30,7 +30,7 @@ def with_restart_markers(data: bytes) -> tuple[bytes, str | None]:
     rewrite without a warning (corrupt scan data, a 12-bit file) is kept byte for byte: it still
     loads, through the slower whole-scan path, and the pack reports it.
     """
-    if data[:3] != _JPEG_MAGIC:
+    if not data.startswith(JPEG_SOI):  # the start the pack's checks call a JPEG
         return data, None
     try:
         rewritten, _ = add_restart_markers(data)

@@ -4,9 +4,9 @@ Two decoders give the same pixels (for a box with fractional edges, within one l
 1% of them: Pillow's filter weights round differently from a region's offset). The native one
 (``fastload._jpeg_region``, built against the system's libjpeg-turbo) decodes a JPEG crop's rows
 and iMCU columns only, and when the file's restart markers tile its rows (``fastload pack
---restart-markers``), only the restart intervals under the crop; Pillow decodes the whole image (every other format, and any JPEG the
-native one refuses, so Pillow's messages and rules decide what a bad record is). Both use
-libjpeg's 1/2, 1/4, 1/8 reduced-scale decode.
+--restart-markers``), only the restart intervals under the crop; Pillow decodes the whole image
+(every other format, and any JPEG the native one refuses, so Pillow's messages and rules decide
+what a bad record is). Both use libjpeg's 1/2, 1/4, 1/8 reduced-scale decode.
 """
 
 from __future__ import annotations

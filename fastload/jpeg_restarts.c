@@ -28,10 +28,7 @@ static int interval_for(int per_row, int rows, int mcu_width, int target_width, 
             best = d;
         }
     }
-    for (d = best; d < per_row && d * bytes_per_mcu < MIN_INTERVAL_BYTES; d++) {
-    }
-    while (per_row % d != 0) {
-        d++;
+    for (d = best; d < per_row && (per_row % d != 0 || d * bytes_per_mcu < MIN_INTERVAL_BYTES); d++) {
     }
     return d;
 }

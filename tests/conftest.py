@@ -95,6 +95,14 @@ def imagefolder_files(classes: dict[str, int], *, size: tuple[int, int] = (64, 4
 SMALL_CLASSES = {"cat": 4, "dog": 3, "emu": 2}
 
 
+@pytest.fixture(scope="session")
+def native():
+    """The native JPEG module (tests that use it skip where it cannot be built)."""
+    from fastload import _jpeg_region
+
+    return _jpeg_region
+
+
 @pytest.fixture
 def imagefolder(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
     """A small ImageFolder tree (JPEG and PNG, 3 classes) and its files' bytes."""

@@ -121,13 +121,6 @@ def test_many_threads_decode_the_same_as_one(jpegs):
 # --- the native call itself ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def native():
-    from fastload import _jpeg_region
-
-    return _jpeg_region
-
-
 def pixels(result) -> np.ndarray:
     buffer, _, _, width, height = result
     return np.frombuffer(buffer, dtype=np.uint8).reshape(height, width, 3)

@@ -12,17 +12,10 @@ from PIL import Image
 from fastload.decode import REGION_DECODE, decode_crop
 from fastload.transforms import EvalCrop, TrainCrop
 from tests.test_decode import encode, photo
-from tests.test_jpeg_region import DAMAGE, HEADERS, KINDS, check_damaged
+from tests.test_jpeg_region import DAMAGE, HEADERS, KINDS, check_damaged, pixels
 
 pytestmark = pytest.mark.skipif(not (REGION_DECODE or HEADERS),
                                 reason="no libjpeg headers here, so no native decoder to test")
-
-
-@pytest.fixture(scope="module")
-def native():
-    from fastload import _jpeg_region
-
-    return _jpeg_region
 
 
 def grainy(img: Image.Image) -> Image.Image:
@@ -72,11 +65,6 @@ def layout(data: bytes) -> tuple[int, int, int]:
 
 def rgb(data: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
-
-
-def pixels(result) -> np.ndarray:
-    buffer, _, _, width, height = result
-    return np.frombuffer(buffer, dtype=np.uint8).reshape(height, width, 3)
 
 
 # --- the rewrite ---------------------------------------------------------------------------

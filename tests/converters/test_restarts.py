@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from converters import pack
 from fastload import DataLoader, PackedDataset
@@ -17,13 +14,9 @@ from fastload.verifier import verify
 from tests.conftest import make_png, write_tree
 from tests.converters.test_pack import STORAGES, records
 from tests.test_decode import encode, photo
-from tests.test_jpeg_restarts import layout
+from tests.test_jpeg_restarts import layout, rgb
 
 pytestmark = pytest.mark.skipif(not REGION_DECODE, reason="fastload._jpeg_region is not built")
-
-
-def rgb(data: bytes) -> np.ndarray:
-    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
 
 
 def damaged_scan(jpeg: bytes) -> bytes:
