@@ -11,5 +11,7 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("fastload._jpeg_region",
                              sources=["fastload/jpeg_region.c", "fastload/jpeg_splice.c",
-                                      "fastload/jpeg_restarts.c"],
-                             depends=["fastload/jpeg_native.h"], libraries=["jpeg"], optional=True)])
+                                      "fastload/jpeg_restarts.c", "fastload/resample.c"],
+                             depends=["fastload/jpeg_native.h", "fastload/resample.h"],
+                             # -O3 vectorises resample.c's column pass (some Pythons build with -O2).
+                             extra_compile_args=["-O3"], libraries=["jpeg"], optional=True)])

@@ -1,26 +1,23 @@
 """Decode stage: record bytes to RGB pixels; JPEG crops decode only their box, at reduced scale.
 
-Two decoders give the same pixels (for a box with fractional edges, within one level in under
-1% of them: Pillow's filter weights round differently from a region's offset). The native one
-(``fastload._jpeg_region``, built against the system's libjpeg-turbo) decodes a JPEG crop's rows
-and iMCU columns only, and when the file's restart markers tile its rows (``fastload pack
---restart-markers``), only the restart intervals under the crop; Pillow decodes the whole image
-(every other format, and any JPEG the native one refuses, so Pillow's messages and rules decide
-what a bad record is). Both use libjpeg's 1/2, 1/4, 1/8 reduced-scale decode.
+Two paths give the same pixels, to the bit. The native one (``fastload._jpeg_region``, built
+against the system's libjpeg-turbo) decodes only the rows and iMCU columns of a JPEG that the
+crop's resize reads (and when the file's restart markers tile its rows, ``fastload pack
+--restart-markers``, only the restart intervals under them), then resizes with Pillow's own
+bilinear arithmetic straight into the batch tensor, the GIL released throughout. Pillow decodes
+the whole image: every other format, and any JPEG the native path refuses, so Pillow's messages
+and rules decide what a bad record is; its pixels are then resized by the same native code (or by
+Pillow where the module is not built). Both use libjpeg's 1/2, 1/4, 1/8 reduced-scale decode.
 """
 
 from __future__ import annotations
 
-import ctypes
 import io
 import math
 import struct
-import threading
 import zlib
-from typing import Any
 
 import numpy as np
-import torch
 from PIL import Image
 
 from fastload.config import MAX_PIXELS, region_decode_wanted
@@ -37,18 +34,18 @@ _JPEG_MAGIC = b"\xff\xd8\xff"
 _TAIL = 64  # bytes searched for the end-of-image marker; padding after it is allowed
 
 try:
-    from fastload._jpeg_region import RegionDecodeError, decode_region
+    from fastload._jpeg_region import RegionDecodeError, decode_crop_into, resize_into
 except ImportError:  # built without a compiler or libjpeg's headers: see setup.py
-    decode_region = None  # type: ignore[assignment]
+    decode_crop_into = resize_into = None  # type: ignore[assignment]
 
-REGION_DECODE = decode_region is not None and region_decode_wanted()
-"""Whether JPEG crops decode only their box (the native decoder was built and
-``FASTLOAD_JPEG_DECODER`` is not ``pillow``)."""
+REGION_DECODE = decode_crop_into is not None and region_decode_wanted()
+"""Whether crops go through the native code: JPEGs decode only their box, and every crop is
+resized natively (the module was built and ``FASTLOAD_JPEG_DECODER`` is not ``pillow``)."""
 
 
 def jpeg_decoder() -> str:
     """Which decoder JPEG crops go through, in words, for reports."""
-    if decode_region is not None and not REGION_DECODE:
+    if decode_crop_into is not None and not REGION_DECODE:
         return "Pillow, whole images (FASTLOAD_JPEG_DECODER=pillow)"
     if not REGION_DECODE:
         return ("Pillow, whole images (fastload._jpeg_region is not built: install libjpeg-dev "
@@ -185,9 +182,11 @@ def decode_crop(
     """Decode the plan's box straight to its output size: ``uint8`` ``H × W × 3`` (HWC).
 
     JPEGs are decoded at 1/2, 1/4 or 1/8 scale when the box still has at least the output
-    resolution there (:func:`draft_scale`), and only the box's rows and columns (plus the
-    resize filter's reach) when the native decoder is built; then one bilinear (antialiased)
-    resize maps the box to ``plan.out_size``, then the optional flip.
+    resolution there (:func:`draft_scale`), and only the rows and columns the resize reads when
+    the native decoder is built; then one bilinear (antialiased) resize, Pillow's, maps the box
+    to ``plan.out_size``, then the optional flip. A train plan whose box has whole-pixel corners
+    is cut out first (its edge pixels see only the box, as torchvision's ``resized_crop``);
+    other boxes are resized in place (``Image.resize(box=)``).
 
     For collation, the cheapest target is one preallocated ``N × H × W × 3`` uint8 tensor:
     pass ``out=batch[i].numpy()`` (contiguous, one copy) and hand the loop
@@ -208,8 +207,9 @@ def decode_crop(
         cut: With ``region``, decode a JPEG whose restart markers tile its rows (``fastload
             pack --restart-markers``) from the restart intervals under the box alone (False:
             entropy-decode every row above the box too; the same pixels, for comparisons).
-        reducing_gap: Passed to ``Image.resize``; None (exact) is the default because after
-            a JPEG draft the remaining reduction is under 2× and a gap has no effect.
+        reducing_gap: Resize with Pillow and this ``reducing_gap``; None (exact, and native
+            when built) is the default because after a JPEG draft the remaining reduction is
+            under 2× and a gap has no effect.
 
     Raises:
         CorruptRecordError: Unreadable, truncated or over-limit image.
@@ -220,8 +220,9 @@ def decode_crop(
             f"out must be a uint8 array of shape {(out_h, out_w, 3)}, "
             f"got {out.dtype} {tuple(out.shape)}"
         )
-    if region and REGION_DECODE and data[:3] == _JPEG_MAGIC and _ends_whole(data):
-        pixels = _decode_jpeg_box(data, plan, draft, cut, max_pixels, reducing_gap, out)
+    if (region and REGION_DECODE and reducing_gap is None and data[:3] == _JPEG_MAGIC
+            and _ends_whole(data)):
+        pixels = _decode_jpeg_box(data, plan, draft, cut, max_pixels, out)
         if pixels is not None:
             return pixels
     # Pillow: every other format, and JPEGs the native decoder refused (Pillow decides why).
@@ -261,23 +262,16 @@ def _scaled_box(plan: CropPlan, scale: int, width: float, height: float) -> tupl
             min(width, (left + box_w) / scale), min(height, (top + box_h) / scale))
 
 
-def _whole(plan: CropPlan, box: tuple[float, ...]) -> bool:
-    return plan.crop_first and all(float(v).is_integer() for v in box)
-
-
-def _torch_resizes(plan: CropPlan, box: tuple[float, ...], reducing_gap: float | None) -> bool:
-    """Whether ``box`` is cut out and resized with torch's kernel (:func:`_resize_whole_pixels`)."""
-    return _whole(plan, box) and reducing_gap is None and _torch_on_one_core()
-
-
 def _resize(img: Image.Image, box: tuple[float, ...], plan: CropPlan, reducing_gap: float | None,
             out: np.ndarray | None) -> np.ndarray:
     """``box`` of ``img`` (an RGB or L image) resized to the plan's output and flipped: HWC RGB,
     in ``out`` when given."""
     out_h, out_w = plan.out_size
-    if _torch_resizes(plan, box, reducing_gap):
-        return _resize_whole_pixels(np.array(img.crop(tuple(int(v) for v in box))), plan, out)
-    if _whole(plan, box):  # cut out first here too: the torch kernel's edge rows, within rounding
+    if REGION_DECODE and reducing_gap is None:
+        target = np.empty((out_h, out_w, 3), np.uint8) if out is None else out
+        resize_into(np.asarray(img), *box, plan.crop_first, plan.flip, target)
+        return target
+    if plan.crop_first and all(float(v).is_integer() for v in box):
         img = img.crop(tuple(int(v) for v in box)).resize((out_w, out_h), Image.BILINEAR,
                                                            reducing_gap=reducing_gap)
     else:
@@ -292,93 +286,22 @@ def _resize(img: Image.Image, box: tuple[float, ...], plan: CropPlan, reducing_g
 
 
 def _decode_jpeg_box(data: bytes, plan: CropPlan, draft: bool, cut: bool, max_pixels: int,
-                     reducing_gap: float | None, out: np.ndarray | None) -> np.ndarray | None:
-    """The plan's crop of a JPEG through the native region decoder; None: let Pillow do it.
+                     out: np.ndarray | None) -> np.ndarray | None:
+    """The plan's crop of a JPEG through the native decoder; None: let Pillow's path do it.
 
-    A whole-pixel box cut out before resizing (train) decodes exactly its pixels, and gives
-    the very pixels of the whole-image path. A fractional box, or one resized in place (eval),
-    decodes a margin as wide as the resize filter reaches, so its edge rows are filtered with
-    the same neighbours as from a whole image; Pillow's weights, computed from the box's
-    offset in the region, differ in rounding: within one level, in under 1% of the pixels.
+    The native code decodes the rows and columns the resize reads (no more) and resizes with
+    Pillow's weights, so the pixels are those of Pillow's path. It refuses anything libjpeg
+    warns about and a box past the image's edge: Pillow's path then clamps round-off or says
+    what is wrong.
     """
     left, top = plan.box[:2]
     if left < 0 or top < 0:
         return None
     scale = draft_scale(plan.box, plan.out_size) if draft else 1
-    x0, y0, x1, y1 = _scaled_box(plan, scale, math.inf, math.inf)  # clamped once the size is known
-    out_h, out_w = plan.out_size
-    # A bilinear filter shrinking by f reaches f source pixels beyond each output pixel's centre.
-    reach = math.ceil(max((x1 - x0) / out_w, (y1 - y0) / out_h, 1.0)) + 1
-    margin = 0 if _whole(plan, (x0, y0, x1, y1)) else reach
+    target = np.empty((*plan.out_size, 3), np.uint8) if out is None else out
     try:
-        buffer, rx, ry, rw, rh = decode_region(data, scale, max(0, math.floor(x0) - margin),
-                                               max(0, math.floor(y0) - margin),
-                                               math.ceil(x1) + margin, math.ceil(y1) + margin,
-                                               max_pixels, cut)
+        decode_crop_into(data, scale, *_scaled_box(plan, scale, math.inf, math.inf), plan.crop_first,
+                         plan.flip, target, max_pixels, cut)
     except (RegionDecodeError, OverflowError):  # OverflowError: a box from a damaged index
         return None
-    if x1 > rx + rw + 1e-6 or y1 > ry + rh + 1e-6:
-        return None  # the box reaches past the image: Pillow's path clamps round-off or says why
-    region = np.frombuffer(buffer, dtype=np.uint8).reshape(rh, rw, 3)
-    box = (x0 - rx, y0 - ry, min(x1 - rx, float(rw)), min(y1 - ry, float(rh)))
-    if margin == 0 and _torch_resizes(plan, box, reducing_gap):
-        return _resize_whole_pixels(region, plan, out)  # the region is the box: no crop copy
-    return _resize(Image.fromarray(region, "RGB"), box, plan, reducing_gap, out)
-
-
-_decode_thread = threading.local()
-
-
-def _omp_setter() -> Any:
-    """OpenMP's own ``omp_set_num_threads``, which changes the calling thread only (torch's
-    ``set_num_threads`` also changes the default of every thread started later); None if absent."""
-    try:
-        return ctypes.CDLL(None).omp_set_num_threads
-    except (OSError, AttributeError):
-        return None
-
-
-_set_omp_threads = _omp_setter()
-
-
-def _torch_on_one_core() -> bool:
-    """Whether torch kernels called from this thread run on one core.
-
-    Decode threads run side by side, one image each; a torch kernel that fans out over every
-    core from each of them burns twice the CPU for the same wall time (measured). So a decode
-    thread of fastload's sets OpenMP to one thread for itself alone; no other thread's setting,
-    nor torch's default for new threads, changes. The main thread is the user's and is left as
-    it is: there the torch resize is used only when it is already single-threaded (as in a
-    DataLoader worker process).
-    """
-    if threading.current_thread() is not threading.main_thread() and not getattr(_decode_thread, "single", False):
-        _decode_thread.single = True
-        torch.get_num_threads()  # torch's per-thread set-up first, so it cannot undo ours
-        if _set_omp_threads is not None:
-            _set_omp_threads(1)
-    return torch.get_num_threads() == 1
-
-
-def _resize_whole_pixels(region: np.ndarray, plan: CropPlan, out: np.ndarray | None) -> np.ndarray:
-    """Resize a cut-out box (writable ``H × W`` or ``H × W × 3`` uint8) with torch's uint8
-    antialiased bilinear kernel.
-
-    Measured on ~450 px photos cropped to 224 (one core): 0.22 ms against 0.73 ms for Pillow's
-    resize; inside the crop the pixels agree within 2 levels (mean difference 0.018), and the
-    edge rows now see only the crop, as torchvision's ``resized_crop``. Train crops are whole
-    pixels (as torchvision draws them) unless a reduced-scale decode divided them; fractional
-    boxes, and eval plans, keep Pillow's ``resize(box=)``.
-    """
-    out_h, out_w = plan.out_size
-    pixels = torch.from_numpy(region)
-    chw = pixels.unsqueeze(0) if pixels.ndim == 2 else pixels.permute(2, 0, 1)
-    if chw.shape[1:] != (out_h, out_w):
-        chw = torch.nn.functional.interpolate(chw.unsqueeze(0), size=(out_h, out_w), mode="bilinear",
-                                              antialias=True, align_corners=False)[0]
-    if plan.flip:
-        chw = chw.flip(-1)
-    hwc = chw.permute(1, 2, 0).expand(out_h, out_w, 3)  # grey: one channel read three times
-    if out is None:
-        return hwc.contiguous().numpy()
-    torch.from_numpy(out).copy_(hwc)
-    return out
+    return target

@@ -1,0 +1,375 @@
+/* Decode stage, native part: the crop's resize, Pillow's bilinear resample to the bit.
+ *
+ * Same weights (a triangle filter stretched by the reduction, so it antialiases; normalised,
+ * then 22-bit fixed point), same order (rows first, rounded to 8 bits, then columns), so a crop
+ * resized here equals Image.resize(size, BILINEAR, box=...) exactly. What Pillow cannot do, and
+ * why this exists: read a decoded JPEG window in place, write each pixel straight into its slot
+ * of a CHW batch tensor (flipped or not), with the GIL released, and no image objects or copies
+ * in between. The column pass runs as one vectorisable loop over a whole row.
+ */
+#include "resample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define X86_FAST_PATHS 1
+#endif
+
+/* Loops the compiler vectorises, built twice: for AVX2 (picked at load time where the CPU has
+ * it: 8 lanes, vpmulld) and for the baseline. */
+#if defined(X86_FAST_PATHS) && !defined(__clang__)
+#define FAST_PATHS __attribute__((target_clones("avx2", "default")))
+#else
+#define FAST_PATHS
+#endif
+
+#define PRECISION_BITS 22 /* Pillow's: 32 bits less 8 for the pixel less 2 for headroom */
+#define HALF (1 << (PRECISION_BITS - 1))
+
+static double triangle(double x) {
+    x = fabs(x);
+    return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+int fastload_axis(Axis *axis, int in_size, float in0, float in1, int out_size) {
+    /* The span in float, as Pillow takes the box: the weights must round as Pillow's do. */
+    float span = in1 - in0;
+    double scale = (double)span / out_size;
+    double stretch = scale < 1.0 ? 1.0 : scale; /* shrinking widens the filter: antialiasing */
+    double support = stretch, inverse = 1.0 / stretch;
+    double *w;
+    int i, t;
+
+    memset(axis, 0, sizeof *axis);
+    axis->out_size = out_size;
+    axis->taps = (int)ceil(support) * 2 + 1;
+    axis->first = malloc(sizeof(int) * (size_t)out_size);
+    axis->count = malloc(sizeof(int) * (size_t)out_size);
+    axis->weights = malloc(sizeof(int32_t) * (size_t)out_size * (size_t)axis->taps);
+    w = malloc(sizeof(double) * (size_t)axis->taps);
+    if (axis->first == NULL || axis->count == NULL || axis->weights == NULL || w == NULL) {
+        free(w);
+        fastload_axis_free(axis);
+        return 0;
+    }
+    axis->begin = in_size;
+    axis->end = 0;
+    for (i = 0; i < out_size; i++) {
+        double center = in0 + (i + 0.5) * scale, total = 0.0;
+        int lo = (int)(center - support + 0.5), hi = (int)(center + support + 0.5), n;
+        int32_t *k = axis->weights + (size_t)i * (size_t)axis->taps;
+
+        lo = lo < 0 ? 0 : lo;
+        hi = hi > in_size ? in_size : hi;
+        n = hi - lo;
+        for (t = 0; t < n; t++) {
+            w[t] = triangle((t + lo - center + 0.5) * inverse);
+            total += w[t];
+        }
+        for (t = 0; t < axis->taps; t++) {
+            double v = t < n ? (total != 0.0 ? w[t] / total : w[t]) : 0.0;
+            k[t] = (int32_t)(v < 0 ? v * (1 << PRECISION_BITS) - 0.5 : v * (1 << PRECISION_BITS) + 0.5);
+        }
+        axis->first[i] = lo;
+        axis->count[i] = n > 0 ? n : 0;
+        if (n > 0) {
+            axis->begin = lo < axis->begin ? lo : axis->begin;
+            axis->end = hi > axis->end ? hi : axis->end;
+        }
+    }
+    if (axis->end <= axis->begin) {
+        axis->begin = axis->end = 0;
+    }
+    free(w);
+    return 1;
+}
+
+void fastload_axis_free(Axis *axis) {
+    free(axis->first);
+    free(axis->count);
+    free(axis->weights);
+    axis->first = axis->count = NULL;
+    axis->weights = NULL;
+}
+
+/* Move an axis computed on a crop of `size` pixels starting at `offset` to image pixels. */
+static void shift(Axis *axis, int offset) {
+    int i;
+    for (i = 0; i < axis->out_size; i++) {
+        axis->first[i] += offset;
+    }
+    axis->begin += offset;
+    axis->end += offset;
+}
+
+int fastload_crop(Crop *crop, int width, int height, double x0, double y0, double x1, double y1,
+                  int crop_first, int out_width, int out_height) {
+    int in_width = crop_first ? (int)x1 - (int)x0 : width;
+    int in_height = crop_first ? (int)y1 - (int)y0 : height;
+
+    memset(crop, 0, sizeof *crop);
+    /* Pillow's order: columns first when that shrinks the image by more than twice what the
+     * rows pass would (counted in pixels), else rows first. Each pass rounds to 8 bits, so
+     * the order shows in the pixels. */
+    crop->columns_first = in_height - out_height > 0 &&
+                          in_height - out_height > 2 * (in_width - out_width);
+    if (crop_first) {
+        /* Image.crop(box).resize(size): the box's own pixels, from 0 to its size. */
+        int left = (int)x0, top = (int)y0, w = in_width, h = in_height;
+        if (!fastload_axis(&crop->x, w, 0.0f, (float)w, out_width)) {
+            return 0;
+        }
+        if (!fastload_axis(&crop->y, h, 0.0f, (float)h, out_height)) {
+            fastload_axis_free(&crop->x);
+            return 0;
+        }
+        shift(&crop->x, left);
+        shift(&crop->y, top);
+        return 1;
+    }
+    if (!fastload_axis(&crop->x, width, (float)x0, (float)x1, out_width)) {
+        return 0;
+    }
+    if (!fastload_axis(&crop->y, height, (float)y0, (float)y1, out_height)) {
+        fastload_axis_free(&crop->x);
+        return 0;
+    }
+    return 1;
+}
+
+void fastload_crop_free(Crop *crop) {
+    fastload_axis_free(&crop->x);
+    fastload_axis_free(&crop->y);
+}
+
+static unsigned char clip8(int32_t sum) {
+    int32_t v = sum >> PRECISION_BITS;
+    return (unsigned char)(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+
+/* One pass along rows: each of `rows` rows (`stride` bytes apart, `base` at input pixel
+ * `origin`) resized to x's output width, into `out` (rows packed, 8 bits, rounded as Pillow). */
+#ifdef X86_FAST_PATHS
+static int has_avx2(void) {
+    static int known = -1; /* the same answer from any thread */
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx2") ? 1 : 0;
+    }
+    return known;
+}
+
+/* The row pass for RGB with AVX2: two taps per step in 32-bit lanes (R G B 0 of tap t, then of
+ * tap t + 1), the weights laid out ahead in that shape; the same integer sums as the scalar
+ * code, so the same bytes. Returns 0 when out of memory. A pixel whose 8-byte loads would pass
+ * `end` goes through `slow` (the scalar code). Writes one byte past the last pixel of `out`. */
+__attribute__((target("avx2"))) static int horizontal_rgb_avx2(
+    const Axis *x, const unsigned char *base, ptrdiff_t stride, int origin, int rows,
+    unsigned char *out, const unsigned char *end,
+    void (*slow)(const unsigned char *, const int32_t *, int, unsigned char *)) {
+    const __m128i spread = _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    int steps = (x->taps + 1) / 2, r, i, t;
+    __m256i *w = _mm_malloc(sizeof(__m256i) * (size_t)x->out_size * (size_t)steps, 32);
+
+    if (w == NULL) {
+        return 0;
+    }
+    for (i = 0; i < x->out_size; i++) {
+        const int32_t *k = x->weights + (size_t)i * (size_t)x->taps;
+        for (t = 0; t < steps; t++) {
+            int32_t second = 2 * t + 1 < x->taps ? k[2 * t + 1] : 0;
+            w[i * steps + t] = _mm256_setr_epi32(k[2 * t], k[2 * t], k[2 * t], k[2 * t], second,
+                                                 second, second, second);
+        }
+    }
+    for (r = 0; r < rows; r++) {
+        const unsigned char *row = base + (ptrdiff_t)r * stride;
+        unsigned char *o = out + (size_t)r * (size_t)x->out_size * 3;
+        for (i = 0; i < x->out_size; i++, o += 3) {
+            const unsigned char *p = row + (ptrdiff_t)(x->first[i] - origin) * 3;
+            const __m256i *k = w + i * steps;
+            int n = x->count[i];
+            __m256i acc = _mm256_setzero_si256();
+            __m128i sum;
+            int32_t bytes;
+            if (end - p < 3 * (ptrdiff_t)(n + (n & 1)) + 2) {
+                slow(p, x->weights + (size_t)i * (size_t)x->taps, n, o);
+                continue;
+            }
+            /* An odd count reads one more pixel; its weight is 0 (Pillow's unused slots are). */
+            for (t = 0; t < n; t += 2) {
+                __m128i two = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(p + 3 * t)), spread);
+                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(two), k[t / 2]));
+            }
+            sum = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+            sum = _mm_srai_epi32(_mm_add_epi32(sum, _mm_set1_epi32(HALF)), PRECISION_BITS);
+            sum = _mm_packus_epi16(_mm_packs_epi32(sum, sum), sum); /* clamps to 0..255, as clip8 */
+            bytes = _mm_cvtsi128_si32(sum);
+            memcpy(o, &bytes, 4); /* the fourth byte is the next pixel's, or the padding's */
+        }
+    }
+    _mm_free(w);
+    return 1;
+}
+#endif
+
+/* One RGB pixel of the row pass, as Pillow computes it. */
+static void pixel_rgb(const unsigned char *p, const int32_t *k, int n, unsigned char *o) {
+    int32_t s0 = HALF, s1 = HALF, s2 = HALF;
+    int t;
+    for (t = 0; t < n; t++, p += 3) {
+        s0 += p[0] * k[t];
+        s1 += p[1] * k[t];
+        s2 += p[2] * k[t];
+    }
+    o[0] = clip8(s0);
+    o[1] = clip8(s1);
+    o[2] = clip8(s2);
+}
+
+static int horizontal(const Axis *x, const unsigned char *base, ptrdiff_t stride, int origin,
+                      int rows, int channels, unsigned char *out, const unsigned char *end) {
+    size_t out_row = (size_t)x->out_size * (size_t)channels;
+    int r, i, t;
+
+#ifdef X86_FAST_PATHS
+    if (channels == 3 && has_avx2()) {
+        return horizontal_rgb_avx2(x, base, stride, origin, rows, out, end, pixel_rgb);
+    }
+#else
+    (void)end;
+#endif
+    for (r = 0; r < rows; r++) {
+        const unsigned char *row = base + (ptrdiff_t)r * stride;
+        unsigned char *o = out + (size_t)r * out_row;
+        for (i = 0; i < x->out_size; i++) {
+            const int32_t *k = x->weights + (size_t)i * (size_t)x->taps;
+            const unsigned char *p = row + (ptrdiff_t)(x->first[i] - origin) * channels;
+            int n = x->count[i];
+            if (channels == 3) {
+                pixel_rgb(p, k, n, o + 3 * i);
+            } else {
+                int32_t s = HALF;
+                for (t = 0; t < n; t++) {
+                    s += p[t] * k[t];
+                }
+                o[i] = clip8(s);
+            }
+        }
+    }
+    return 1;
+}
+
+/* One pass along columns: rows `stride` bytes apart (`base` at input row `origin`), each
+ * `row_bytes` long, resized to y's output height, into `out` (rows packed). */
+FAST_PATHS
+static void vertical(const Axis *y, const unsigned char *base, ptrdiff_t stride, int origin,
+                     size_t row_bytes, unsigned char *restrict out, int32_t *restrict sum) {
+    int i, t;
+    size_t j;
+
+    for (i = 0; i < y->out_size; i++) {
+        const int32_t *k = y->weights + (size_t)i * (size_t)y->taps;
+        const unsigned char *first = base + (ptrdiff_t)(y->first[i] - origin) * stride;
+        unsigned char *o = out + (size_t)i * row_bytes;
+        for (j = 0; j < row_bytes; j++) {
+            sum[j] = HALF;
+        }
+        for (t = 0; t < y->count[i]; t++) {
+            const unsigned char *restrict row = first + (ptrdiff_t)t * stride;
+            int32_t weight = k[t];
+            for (j = 0; j < row_bytes; j++) { /* vectorised by the compiler */
+                sum[j] += row[j] * weight;
+            }
+        }
+        for (j = 0; j < row_bytes; j++) {
+            o[j] = clip8(sum[j]);
+        }
+    }
+}
+
+/* The resized crop (packed rows) into the target: strided, flipped, grey to three channels. */
+FAST_PATHS
+static void store_planes(const unsigned char *restrict pixels, int height, int width,
+                         const Target *target) {
+    int i, j;
+    for (i = 0; i < height; i++) {
+        const unsigned char *restrict row = pixels + (size_t)i * (size_t)width * 3;
+        unsigned char *restrict r = target->pixels + (ptrdiff_t)i * target->stride_y;
+        unsigned char *restrict g = r + target->stride_c;
+        unsigned char *restrict b = g + target->stride_c;
+        if (target->flip) {
+            for (j = 0; j < width; j++) {
+                r[width - 1 - j] = row[3 * j];
+                g[width - 1 - j] = row[3 * j + 1];
+                b[width - 1 - j] = row[3 * j + 2];
+            }
+        } else {
+            for (j = 0; j < width; j++) {
+                r[j] = row[3 * j];
+                g[j] = row[3 * j + 1];
+                b[j] = row[3 * j + 2];
+            }
+        }
+    }
+}
+
+static void store(const unsigned char *pixels, int height, int width, int channels,
+                  const Target *target) {
+    int i, j, c;
+    if (channels == 3 && target->stride_x == 1 && target->stride_c >= width) {
+        store_planes(pixels, height, width, target); /* a CHW slot of a batch tensor */
+        return;
+    }
+    for (i = 0; i < height; i++) {
+        const unsigned char *row = pixels + (size_t)i * (size_t)width * (size_t)channels;
+        unsigned char *out = target->pixels + (ptrdiff_t)i * target->stride_y;
+        for (j = 0; j < width; j++) {
+            unsigned char *o = out + (ptrdiff_t)(target->flip ? width - 1 - j : j) * target->stride_x;
+            for (c = 0; c < 3; c++) {
+                o[c * target->stride_c] = row[j * channels + (channels == 3 ? c : 0)];
+            }
+        }
+    }
+}
+
+int fastload_resample(const Crop *crop, const Source *source, const Target *target) {
+    const Axis *x = &crop->x, *y = &crop->y;
+    int ch = source->channels, width = x->out_size, height = y->out_size;
+    int rows = y->end - y->begin, columns = x->end - x->begin, ok;
+    /* Rows first: the rows the column pass reads, at the output width; columns first: the
+     * output's rows, over the columns the row pass reads. */
+    size_t middle_bytes = crop->columns_first ? (size_t)height * (size_t)columns * (size_t)ch
+                                              : (size_t)(rows > 0 ? rows : 1) * (size_t)width * (size_t)ch;
+    size_t sum_bytes = (size_t)(crop->columns_first ? columns : width) * (size_t)ch;
+    unsigned char *middle = malloc(middle_bytes + READ_PAST);
+    unsigned char *resized = malloc((size_t)height * (size_t)width * (size_t)ch + READ_PAST);
+    int32_t *sum = malloc(sizeof(int32_t) * (sum_bytes + 1));
+    const unsigned char *at = source->pixels + (ptrdiff_t)(y->begin - source->origin_y) * source->row_stride;
+
+    if (middle == NULL || resized == NULL || sum == NULL) {
+        free(middle);
+        free(resized);
+        free(sum);
+        return 0;
+    }
+    if (crop->columns_first) {
+        at += (ptrdiff_t)(x->begin - source->origin_x) * ch;
+        vertical(y, at, source->row_stride, y->begin, sum_bytes, middle, sum);
+        ok = horizontal(x, middle, (ptrdiff_t)columns * ch, x->begin, height, ch, resized,
+                        middle + middle_bytes + READ_PAST);
+    } else {
+        ok = horizontal(x, at, source->row_stride, source->origin_x, rows, ch, middle, source->end);
+        vertical(y, middle, (ptrdiff_t)width * ch, y->begin, sum_bytes, resized, sum);
+    }
+    if (ok) {
+        store(resized, height, width, ch, target);
+    }
+    free(middle);
+    free(resized);
+    free(sum);
+    return ok;
+}
