@@ -30,10 +30,15 @@ class ImageBatch(list):
 def new_image_batch(count: int, height: int, width: int) -> torch.Tensor:
     """An uninitialised uint8 batch; in a DataLoader worker it is made in shared memory, so
     handing it to the main process needs no copy."""
-    images = torch.empty((count, 3, height, width), dtype=torch.uint8)
-    if torch.utils.data.get_worker_info() is not None:
-        images.share_memory_()
-    return images
+    shape = (count, 3, height, width)
+    if torch.utils.data.get_worker_info() is None:
+        return torch.empty(shape, dtype=torch.uint8)
+    # Straight into shared memory, as torch's default_collate does in a worker: share_memory_()
+    # on a new tensor would also fault in private pages and copy them over (~7 ms a batch of
+    # 64 at 224 px, against ~3).
+    elem = torch.empty(0, dtype=torch.uint8)
+    storage = elem._typed_storage()._new_shared(count * 3 * height * width, device=elem.device)
+    return elem.new(storage).resize_(shape)
 
 
 def collate_images(batch: Any) -> Any:
