@@ -20,6 +20,11 @@ A thin script over ``fastload.benchmark`` (the code behind ``fastload bench``), 
 5. The targets: full pipeline ≥ 2× the best torch row and ≥ 85 % of the decode ceiling (full-size
    decode on one core × cores); cold raw reads ≥ 3× the small files and ≥ 80 % of the sequential
    disk rate; peak memory ≤ torch's at the same worker count; auto within 10 % of tune()'s best.
+
+This VM's per-core speed drifts by 20 % or more within minutes, so the two pipeline targets are
+taken repeat by repeat: each repeat measures the ceiling right after its rows, and the target is
+the median over repeats of that repeat's ratio (its fastload row over its best torch row, and
+over its own ceiling). The table's medians of rates are shown beside them.
 """
 
 from __future__ import annotations
@@ -109,8 +114,29 @@ def memory_alone(argv: list[str], name: str) -> float | None:
     return runs[0]["peak_rss_mb"] if runs else None
 
 
-def targets(warm: BenchReport, cold: BenchReport, memory: dict[str, float | None],
-            tuned_row: str | None, cores: int, pf: int) -> list[dict[str, Any]]:
+def paired(repeats: list[BenchReport], row: str, against: Any) -> float | None:
+    """Median over repeats of ``row``'s rate over ``against(repeat)`` (a rate) in that repeat."""
+    ratios = []
+    for rep in repeats:
+        rate = next((r.samples_per_s for r in rep.measured() if r.name == row), None)
+        base = against(rep)
+        if rate and base:
+            ratios.append(rate / base)
+    return statistics.median(ratios) if ratios else None
+
+
+def best_torch(rep: BenchReport) -> float | None:
+    rates = [r.samples_per_s for r in rep.measured() if r.kind == "baseline"]
+    return max(rates) if rates else None
+
+
+def decode_ceiling(rep: BenchReport) -> float | None:
+    return (rep.ceilings or {}).get("decode_ceiling")
+
+
+def targets(warm: BenchReport, repeats: list[BenchReport], cold: BenchReport,
+            memory: dict[str, float | None], tuned_row: str | None, cores: int,
+            pf: int) -> list[dict[str, Any]]:
     rows = {r.name: r for r in warm.measured()}
     cold_rows = {r.name: r for r in cold.measured()}
     best = rows.get(warm.reference["pipeline"] or "")
@@ -123,11 +149,14 @@ def targets(warm: BenchReport, cold: BenchReport, memory: dict[str, float | None
         auto = rows.get(f"fastload {storage}")
         if auto is None:
             continue
-        out.append(check(f"{storage}: train pipeline ≥ 2× best torch ({best.name if best else '-'})",
-                         auto.samples_per_s / best.samples_per_s if best else None, 2.0, "x"))
-        out.append(check(f"{storage}: train pipeline ≥ 85% of decode ceiling "
-                         f"({ceiling:.0f}/s)" if ceiling else f"{storage}: decode ceiling",
-                         auto.samples_per_s / ceiling if ceiling else None, 0.85, "%"))
+        out.append(check(f"{storage}: train pipeline ≥ 2× best torch row of the same repeat "
+                         f"(medians of rates: {auto.samples_per_s / best.samples_per_s:.2f}x)"
+                         if best else f"{storage}: best torch row",
+                         paired(repeats, auto.name, best_torch), 2.0, "x"))
+        out.append(check(f"{storage}: train pipeline ≥ 85% of the decode ceiling of the same repeat "
+                         f"(medians: {auto.samples_per_s / ceiling:.0%} of {ceiling:.0f}/s)"
+                         if ceiling else f"{storage}: decode ceiling",
+                         paired(repeats, auto.name, decode_ceiling), 0.85, "%"))
         raw = cold_rows.get(f"raw reads: fastload {storage}")
         out.append(check(f"{storage}: cold shuffled raw reads ≥ 3× small files",
                          raw.mb_per_s / files.mb_per_s if raw and files else None, 3.0, "x"))
@@ -169,10 +198,11 @@ def main(argv: list[str] | None = None) -> int:
         variants.append(tuned)
         tuned_row = "fastload lmdb, " + " ".join(f"{k}={v}" for k, v in tuned.items())
     common = {"batch_size": args.batch_size, "dali": not args.no_dali, "progress": None}
-    # Ceilings once: medians() keeps the first report's.
+    # Ceilings in every repeat (the pipeline targets pair each repeat's rows with its own);
+    # medians() keeps the first report's for the table.
     warm = [bench(args.images, packed, duration=args.duration, torch_grid=grid,
-                  fastload_variants=variants, measure_ceilings=k == 0, **common)
-            for k in range(args.repeats)]
+                  fastload_variants=variants, **common)
+            for _ in range(args.repeats)]
     cold = bench(args.images, packed, duration=args.cold_duration, cold=True, include=("raw",), **common)
     report = medians(warm)
     pf = min(args.prefetch)
@@ -181,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in (f"fastload {storage}", f"fastload {storage}, num_workers={cores} "
                                             "persistent_workers=True")]
     memory = {name: memory_alone(sys.argv[1:] if argv is None else argv, name) for name in alone}
-    goals = targets(report, cold, memory, tuned_row, cores, pf)
+    goals = targets(report, warm, cold, memory, tuned_row, cores, pf)
     print(report.table(markdown=True))
     print("\ncold page cache (posix_fadvise DONTNEED on every file, one shuffled pass):")
     print(cold.table(markdown=True))
