@@ -300,8 +300,8 @@ def _decode_jpeg_box(data: bytes, plan: CropPlan, draft: bool, cut: bool, max_pi
     scale = draft_scale(plan.box, plan.out_size) if draft else 1
     target = np.empty((*plan.out_size, 3), np.uint8) if out is None else out
     try:
-        decode_crop_into(data, scale, *_scaled_box(plan, scale, math.inf, math.inf), plan.crop_first,
-                         plan.flip, target, max_pixels, cut)
+        box = _scaled_box(plan, scale, math.inf, math.inf)  # clamped in C, once the size is known
+        decode_crop_into(data, scale, *box, plan.crop_first, plan.flip, target, max_pixels, cut)
     except (RegionDecodeError, OverflowError):  # OverflowError: a box from a damaged index
         return None
     return target

@@ -436,7 +436,8 @@ static PyObject *resize_into(PyObject *self, PyObject *args) {
     if ((pixels.ndim != 2 && pixels.ndim != 3) || (channels != 1 && channels != 3) ||
         pixels.itemsize != 1 || pixels.shape[0] > 0x7FFFFFFF || pixels.shape[1] > 0x7FFFFFFF) {
         PyBuffer_Release(&pixels);
-        PyErr_SetString(PyExc_ValueError, "pixels must be a uint8 array of shape (H, W, 3) or (H, W)");
+        PyErr_SetString(PyExc_ValueError,
+                        "pixels must be a uint8 array of shape (H, W, 3) or (H, W)");
         return NULL;
     }
     width = (int)pixels.shape[1];
@@ -452,7 +453,8 @@ static PyObject *resize_into(PyObject *self, PyObject *args) {
         return NULL;
     }
     thread = PyEval_SaveThread();
-    if (fastload_crop(&crop, width, height, box[0], box[1], box[2], box[3], crop_first && whole(box),
+    if (fastload_crop(&crop, width, height, box[0], box[1], box[2], box[3],
+                      crop_first && whole(box),
                       (int)view.shape[1], (int)view.shape[0])) {
         Source source = {(const unsigned char *)pixels.buf, (ptrdiff_t)width * channels, channels,
                          0, 0, (const unsigned char *)pixels.buf + pixels.len};

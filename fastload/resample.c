@@ -71,7 +71,8 @@ int fastload_axis(Axis *axis, int in_size, float in0, float in1, int out_size) {
         }
         for (t = 0; t < axis->taps; t++) {
             double v = t < n ? (total != 0.0 ? w[t] / total : w[t]) : 0.0;
-            k[t] = (int32_t)(v < 0 ? v * (1 << PRECISION_BITS) - 0.5 : v * (1 << PRECISION_BITS) + 0.5);
+            double fixed = v * (1 << PRECISION_BITS);
+            k[t] = (int32_t)(v < 0 ? fixed - 0.5 : fixed + 0.5);
         }
         axis->first[i] = lo;
         axis->count[i] = n > 0 ? n : 0;
@@ -201,8 +202,9 @@ __attribute__((target("avx2"))) static int horizontal_rgb_avx2(
             }
             /* An odd count reads one more pixel; its weight is 0 (Pillow's unused slots are). */
             for (t = 0; t < n; t += 2) {
-                __m128i two = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(p + 3 * t)), spread);
-                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(two), k[t / 2]));
+                __m128i bytes8 = _mm_loadl_epi64((const __m128i *)(p + 3 * t));
+                __m256i two = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(bytes8, spread));
+                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(two, k[t / 2]));
             }
             sum = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
             sum = _mm_srai_epi32(_mm_add_epi32(sum, _mm_set1_epi32(HALF)), PRECISION_BITS);
@@ -328,7 +330,8 @@ static void store(const unsigned char *pixels, int height, int width, int channe
         const unsigned char *row = pixels + (size_t)i * (size_t)width * (size_t)channels;
         unsigned char *out = target->pixels + (ptrdiff_t)i * target->stride_y;
         for (j = 0; j < width; j++) {
-            unsigned char *o = out + (ptrdiff_t)(target->flip ? width - 1 - j : j) * target->stride_x;
+            int x = target->flip ? width - 1 - j : j;
+            unsigned char *o = out + (ptrdiff_t)x * target->stride_x;
             for (c = 0; c < 3; c++) {
                 o[c * target->stride_c] = row[j * channels + (channels == 3 ? c : 0)];
             }
@@ -343,12 +346,14 @@ int fastload_resample(const Crop *crop, const Source *source, const Target *targ
     /* Rows first: the rows the column pass reads, at the output width; columns first: the
      * output's rows, over the columns the row pass reads. */
     size_t middle_bytes = crop->columns_first ? (size_t)height * (size_t)columns * (size_t)ch
-                                              : (size_t)(rows > 0 ? rows : 1) * (size_t)width * (size_t)ch;
+                                              : (size_t)(rows > 0 ? rows : 1) * (size_t)width *
+                                                    (size_t)ch;
     size_t sum_bytes = (size_t)(crop->columns_first ? columns : width) * (size_t)ch;
     unsigned char *middle = malloc(middle_bytes + READ_PAST);
     unsigned char *resized = malloc((size_t)height * (size_t)width * (size_t)ch + READ_PAST);
     int32_t *sum = malloc(sizeof(int32_t) * (sum_bytes + 1));
-    const unsigned char *at = source->pixels + (ptrdiff_t)(y->begin - source->origin_y) * source->row_stride;
+    const unsigned char *at =
+        source->pixels + (ptrdiff_t)(y->begin - source->origin_y) * source->row_stride;
 
     if (middle == NULL || resized == NULL || sum == NULL) {
         free(middle);

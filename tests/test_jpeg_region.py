@@ -271,15 +271,16 @@ def test_crops_land_in_any_strided_slot(jpegs, native):
     native.decode_crop_into(data, 1, *box, True, plan.flip, batch[1].transpose(1, 2, 0), 10**9)
     assert np.array_equal(batch[1].transpose(1, 2, 0), expected) and not batch[0].any()
     wide = np.zeros((64, 128, 3), np.uint8)[:, ::2]  # every other column
-    native.resize_into(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")), *box, True, plan.flip,
-                       wide)
+    whole = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    native.resize_into(whole, *box, True, plan.flip, wide)
     assert np.array_equal(wide, expected)
 
 
 def test_the_native_calls_refuse_bad_arguments(jpegs, native):
     data = jpegs["4:2:0"]
     pixels_ = np.zeros((30, 40, 3), np.uint8)
-    for bad_out in (np.zeros((8, 8, 4), np.uint8), np.zeros((8, 8, 3), np.float32), np.zeros((8, 8), np.uint8)):
+    for bad_out in (np.zeros((8, 8, 4), np.uint8), np.zeros((8, 8, 3), np.float32),
+                    np.zeros((8, 8), np.uint8)):
         with pytest.raises(ValueError, match="out must be a writable uint8 array"):
             native.resize_into(pixels_, 0, 0, 10, 10, True, False, bad_out)
         with pytest.raises(ValueError, match="out must be a writable uint8 array"):
@@ -324,6 +325,7 @@ print(int(np.array_equal(out, np.asarray(expected))))
 def test_the_fast_row_pass_never_reads_past_a_callers_array():
     """Its 8-byte loads step aside near the end of memory the caller owns: an image that ends
     where an inaccessible page starts is resized (a read past it would kill the process)."""
-    out = subprocess.run([sys.executable, "-c", _GUARD_PAGE], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", _GUARD_PAGE], capture_output=True, text=True,
+                         timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1"
