@@ -14,7 +14,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -320,12 +319,6 @@ static int clamp_box(double box[4], int width, int height) {
     return box[0] < box[2] && box[1] < box[3];
 }
 
-/* Train crops with whole-pixel corners are cut out, then resized (as Pillow's path does). */
-static int whole(const double box[4]) {
-    return box[0] == floor(box[0]) && box[1] == floor(box[1]) && box[2] == floor(box[2]) &&
-           box[3] == floor(box[3]);
-}
-
 static Target target_of(const Py_buffer *view, int flip) {
     Target target = {(unsigned char *)view->buf, view->strides[0], view->strides[1],
                      view->strides[2], flip};
@@ -374,9 +367,8 @@ static PyObject *decode_crop_into(PyObject *self, PyObject *args) {
         req.status = 5;
     }
     if (req.status == 0 && !fastload_crop(&crop, (int)req.image_width, (int)req.image_height,
-                                          box[0], box[1], box[2], box[3],
-                                          crop_first && whole(box), (int)view.shape[1],
-                                          (int)view.shape[0])) {
+                                          box[0], box[1], box[2], box[3], crop_first,
+                                          (int)view.shape[1], (int)view.shape[0])) {
         req.status = 4;
     } else if (req.status == 0) {
         /* Decode what the resize reads, no more. */
@@ -453,8 +445,7 @@ static PyObject *resize_into(PyObject *self, PyObject *args) {
         return NULL;
     }
     thread = PyEval_SaveThread();
-    if (fastload_crop(&crop, width, height, box[0], box[1], box[2], box[3],
-                      crop_first && whole(box),
+    if (fastload_crop(&crop, width, height, box[0], box[1], box[2], box[3], crop_first,
                       (int)view.shape[1], (int)view.shape[0])) {
         Source source = {(const unsigned char *)pixels.buf, (ptrdiff_t)width * channels, channels,
                          0, 0, (const unsigned char *)pixels.buf + pixels.len};

@@ -1,8 +1,9 @@
 /* Decode stage, native part: the crop's resize, Pillow's bilinear resample to the bit.
  *
  * Same weights (a triangle filter stretched by the reduction, so it antialiases; normalised,
- * then 22-bit fixed point), same order (rows first, rounded to 8 bits, then columns), so a crop
- * resized here equals Image.resize(size, BILINEAR, box=...) exactly. What Pillow cannot do, and
+ * then 22-bit fixed point), same two passes each rounded to 8 bits, in the order Pillow 13 picks
+ * from the sizes (fastload_crop), so a crop resized here equals Image.resize(size, BILINEAR,
+ * box=...) exactly. What Pillow cannot do, and
  * why this exists: read a decoded JPEG window in place, write each pixel straight into its slot
  * of a CHW batch tensor (flipped or not), with the GIL released, and no image objects or copies
  * in between. The column pass runs as one vectorisable loop over a whole row.
@@ -96,7 +97,7 @@ void fastload_axis_free(Axis *axis) {
     axis->weights = NULL;
 }
 
-/* Move an axis computed on a crop of `size` pixels starting at `offset` to image pixels. */
+/* Move an axis computed on a crop starting at `offset` to image pixels. */
 static void shift(Axis *axis, int offset) {
     int i;
     for (i = 0; i < axis->out_size; i++) {
@@ -108,8 +109,12 @@ static void shift(Axis *axis, int offset) {
 
 int fastload_crop(Crop *crop, int width, int height, double x0, double y0, double x1, double y1,
                   int crop_first, int out_width, int out_height) {
-    int in_width = crop_first ? (int)x1 - (int)x0 : width;
-    int in_height = crop_first ? (int)y1 - (int)y0 : height;
+    /* Cut out first: Image.crop(box).resize(size), the box's own pixels from 0 to its size,
+     * then moved back to image pixels. Otherwise resize(size, box=) on the whole image. */
+    int cut = crop_first && x0 == floor(x0) && y0 == floor(y0) && x1 == floor(x1) &&
+              y1 == floor(y1);
+    int left = cut ? (int)x0 : 0, top = cut ? (int)y0 : 0;
+    int in_width = cut ? (int)x1 - left : width, in_height = cut ? (int)y1 - top : height;
 
     memset(crop, 0, sizeof *crop);
     /* Pillow's order: columns first when that shrinks the image by more than twice what the
@@ -117,27 +122,17 @@ int fastload_crop(Crop *crop, int width, int height, double x0, double y0, doubl
      * the order shows in the pixels. */
     crop->columns_first = in_height - out_height > 0 &&
                           in_height - out_height > 2 * (in_width - out_width);
-    if (crop_first) {
-        /* Image.crop(box).resize(size): the box's own pixels, from 0 to its size. */
-        int left = (int)x0, top = (int)y0, w = in_width, h = in_height;
-        if (!fastload_axis(&crop->x, w, 0.0f, (float)w, out_width)) {
-            return 0;
-        }
-        if (!fastload_axis(&crop->y, h, 0.0f, (float)h, out_height)) {
-            fastload_axis_free(&crop->x);
-            return 0;
-        }
-        shift(&crop->x, left);
-        shift(&crop->y, top);
-        return 1;
-    }
-    if (!fastload_axis(&crop->x, width, (float)x0, (float)x1, out_width)) {
+    if (!fastload_axis(&crop->x, in_width, cut ? 0.0f : (float)x0,
+                       cut ? (float)in_width : (float)x1, out_width)) {
         return 0;
     }
-    if (!fastload_axis(&crop->y, height, (float)y0, (float)y1, out_height)) {
+    if (!fastload_axis(&crop->y, in_height, cut ? 0.0f : (float)y0,
+                       cut ? (float)in_height : (float)y1, out_height)) {
         fastload_axis_free(&crop->x);
         return 0;
     }
+    shift(&crop->x, left);
+    shift(&crop->y, top);
     return 1;
 }
 

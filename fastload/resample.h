@@ -23,10 +23,10 @@ int fastload_axis(Axis *axis, int in_size, float in0, float in1, int out_size);
 void fastload_axis_free(Axis *axis);
 
 /* The geometry of one crop: the box (x0, y0, x1, y1) of a width x height image resized to
- * out_width x out_height. crop_first: cut the box out first, then resize it whole (a train crop
- * whose corners are whole pixels; edge pixels see only the box); otherwise resize(box=) on the
- * whole image. Axes are in image pixels either way. Returns 0 when out of memory (nothing to
- * free) or 1 (free with fastload_crop_free). */
+ * out_width x out_height. crop_first, for a box whose corners are whole pixels (a train crop):
+ * cut the box out first, then resize it whole (edge pixels see only the box); otherwise, or for
+ * a fractional box, resize(box=) on the whole image. Axes are in image pixels either way.
+ * Returns 0 when out of memory (nothing to free) or 1 (free with fastload_crop_free). */
 typedef struct {
     Axis x, y;
     int columns_first; /* the order of the passes, as Pillow chooses it */
