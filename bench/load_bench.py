@@ -36,10 +36,12 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import fastload
 from fastload.benchmark import BenchReport, bench
+from fastload.benchmark.runs import RunResult
 from fastload.config import available_cpus
 
 
@@ -114,24 +116,21 @@ def memory_alone(argv: list[str], name: str) -> float | None:
     return runs[0]["peak_rss_mb"] if runs else None
 
 
-def paired(repeats: list[BenchReport], row: str, against: Any) -> float | None:
-    """Median over repeats of ``row``'s rate over ``against(repeat)`` (a rate) in that repeat."""
-    ratios = []
-    for rep in repeats:
-        rate = next((r.samples_per_s for r in rep.measured() if r.name == row), None)
-        base = against(rep)
-        if rate and base:
-            ratios.append(rate / base)
+def paired(repeats: list[BenchReport], row: str,
+           ratio: Callable[[RunResult, BenchReport], float | None]) -> float | None:
+    """Median over repeats of ``ratio(row's result, its repeat)``: each repeat against itself."""
+    ratios = [ratio(r, rep) for rep in repeats for r in rep.measured() if r.name == row]
+    ratios = [x for x in ratios if x]
     return statistics.median(ratios) if ratios else None
 
 
-def best_torch(rep: BenchReport) -> float | None:
-    rates = [r.samples_per_s for r in rep.measured() if r.kind == "baseline"]
-    return max(rates) if rates else None
+def over_torch(row: RunResult, rep: BenchReport) -> float | None:
+    return row.speedup  # compute_speedups: over the best torch row of the same report
 
 
-def decode_ceiling(rep: BenchReport) -> float | None:
-    return (rep.ceilings or {}).get("decode_ceiling")
+def over_ceiling(row: RunResult, rep: BenchReport) -> float | None:
+    ceiling = (rep.ceilings or {}).get("decode_ceiling")
+    return row.samples_per_s / ceiling if ceiling else None
 
 
 def targets(warm: BenchReport, repeats: list[BenchReport], cold: BenchReport,
@@ -152,11 +151,11 @@ def targets(warm: BenchReport, repeats: list[BenchReport], cold: BenchReport,
         out.append(check(f"{storage}: train pipeline ≥ 2× best torch row of the same repeat "
                          f"(medians of rates: {auto.samples_per_s / best.samples_per_s:.2f}x)"
                          if best else f"{storage}: best torch row",
-                         paired(repeats, auto.name, best_torch), 2.0, "x"))
+                         paired(repeats, auto.name, over_torch), 2.0, "x"))
         out.append(check(f"{storage}: train pipeline ≥ 85% of the decode ceiling of the same repeat "
                          f"(medians: {auto.samples_per_s / ceiling:.0%} of {ceiling:.0f}/s)"
                          if ceiling else f"{storage}: decode ceiling",
-                         paired(repeats, auto.name, decode_ceiling), 0.85, "%"))
+                         paired(repeats, auto.name, over_ceiling), 0.85, "%"))
         raw = cold_rows.get(f"raw reads: fastload {storage}")
         out.append(check(f"{storage}: cold shuffled raw reads ≥ 3× small files",
                          raw.mb_per_s / files.mb_per_s if raw and files else None, 3.0, "x"))
