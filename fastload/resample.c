@@ -158,54 +158,85 @@ static int has_avx2(void) {
     return known;
 }
 
-/* The row pass for RGB with AVX2: two taps per step in 32-bit lanes (R G B 0 of tap t, then of
- * tap t + 1), the weights laid out ahead in that shape; the same integer sums as the scalar
- * code, so the same bytes. Returns 0 when out of memory. A pixel whose 8-byte loads would pass
- * `end` goes through `slow` (the scalar code). Writes one byte past the last pixel of `out`. */
+/* The row pass for RGB with AVX2: two output pixels at a time, one in each 128-bit lane, two
+ * taps per step. A lane holds two input pixels as 16-bit pairs (R R G G B B 0 0), so vpmaddwd
+ * multiplies each pair by its two weights and adds them. The weights are 22-bit, too wide for
+ * 16, so each is split into an 11-bit high and low part, the two summed apart and joined at
+ * the end: (high << 11) + low is the very integer sum the scalar code makes, so the same bytes.
+ * Both pixels run to the longer of their two counts; the shorter one's extra weights are 0
+ * (Pillow's unused slots are), and its extra pixels lie inside the pair's span. Returns 0 when
+ * out of memory. A pair whose 16-byte loads would pass `end`, and an odd last pixel, go through
+ * `slow` (the scalar code). Writes one byte past the last pixel of `out`. */
 __attribute__((target("avx2"))) static int horizontal_rgb_avx2(
     const Axis *x, const unsigned char *base, ptrdiff_t stride, int origin, int rows,
     unsigned char *out, const unsigned char *end,
     void (*slow)(const unsigned char *, const int32_t *, int, unsigned char *)) {
-    const __m128i spread = _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-    int steps = (x->taps + 1) / 2, r, i, t;
-    __m256i *w = _mm_malloc(sizeof(__m256i) * (size_t)x->out_size * (size_t)steps, 32);
+    const __m256i spread = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1,
+                                            -1, 0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1,
+                                            -1, -1);
+    const __m256i half = _mm256_set1_epi32(HALF);
+    int steps = (x->taps + 1) / 2, pairs = x->out_size / 2, r, i, t;
+    /* Per pair and step: the high parts' vector, then the low parts'. */
+    __m256i *w = _mm_malloc(sizeof(__m256i) * 2 * (size_t)(pairs > 0 ? pairs : 1) * (size_t)steps,
+                            32);
 
     if (w == NULL) {
         return 0;
     }
-    for (i = 0; i < x->out_size; i++) {
-        const int32_t *k = x->weights + (size_t)i * (size_t)x->taps;
+    for (i = 0; i < pairs; i++) {
+        const int32_t *a = x->weights + (size_t)(2 * i) * (size_t)x->taps, *b = a + x->taps;
         for (t = 0; t < steps; t++) {
-            int32_t second = 2 * t + 1 < x->taps ? k[2 * t + 1] : 0;
-            w[i * steps + t] = _mm256_setr_epi32(k[2 * t], k[2 * t], k[2 * t], k[2 * t], second,
-                                                 second, second, second);
+            int32_t a0 = a[2 * t], b0 = b[2 * t];
+            int32_t a1 = 2 * t + 1 < x->taps ? a[2 * t + 1] : 0;
+            int32_t b1 = 2 * t + 1 < x->taps ? b[2 * t + 1] : 0;
+            __m256i *k = w + ((size_t)i * (size_t)steps + (size_t)t) * 2;
+            k[0] = _mm256_setr_epi16(
+                (int16_t)(a0 >> 11), (int16_t)(a1 >> 11), (int16_t)(a0 >> 11), (int16_t)(a1 >> 11),
+                (int16_t)(a0 >> 11), (int16_t)(a1 >> 11), 0, 0, (int16_t)(b0 >> 11),
+                (int16_t)(b1 >> 11), (int16_t)(b0 >> 11), (int16_t)(b1 >> 11), (int16_t)(b0 >> 11),
+                (int16_t)(b1 >> 11), 0, 0);
+            k[1] = _mm256_setr_epi16(
+                (int16_t)(a0 & 2047), (int16_t)(a1 & 2047), (int16_t)(a0 & 2047),
+                (int16_t)(a1 & 2047), (int16_t)(a0 & 2047), (int16_t)(a1 & 2047), 0, 0,
+                (int16_t)(b0 & 2047), (int16_t)(b1 & 2047), (int16_t)(b0 & 2047),
+                (int16_t)(b1 & 2047), (int16_t)(b0 & 2047), (int16_t)(b1 & 2047), 0, 0);
         }
     }
     for (r = 0; r < rows; r++) {
         const unsigned char *row = base + (ptrdiff_t)r * stride;
         unsigned char *o = out + (size_t)r * (size_t)x->out_size * 3;
-        for (i = 0; i < x->out_size; i++, o += 3) {
+        for (i = 0; i + 1 < x->out_size; i += 2) {
             const unsigned char *p = row + (ptrdiff_t)(x->first[i] - origin) * 3;
-            const __m256i *k = w + i * steps;
-            int n = x->count[i];
-            __m256i acc = _mm256_setzero_si256();
-            __m128i sum;
-            int32_t bytes;
-            if (end - p < 3 * (ptrdiff_t)(n + (n & 1)) + 2) {
-                slow(p, x->weights + (size_t)i * (size_t)x->taps, n, o);
+            const unsigned char *q = row + (ptrdiff_t)(x->first[i + 1] - origin) * 3;
+            const __m256i *k = w + (size_t)(i / 2) * (size_t)steps * 2;
+            int n = x->count[i] > x->count[i + 1] ? x->count[i] : x->count[i + 1];
+            __m256i high = _mm256_setzero_si256(), low = _mm256_setzero_si256(), sum;
+            int32_t first, second;
+            if (end - q < 3 * (ptrdiff_t)(n + (n & 1)) + 10) { /* q >= p: q's loads end last */
+                slow(p, x->weights + (size_t)i * (size_t)x->taps, x->count[i], o + 3 * i);
+                slow(q, x->weights + (size_t)(i + 1) * (size_t)x->taps, x->count[i + 1],
+                     o + 3 * i + 3);
                 continue;
             }
-            /* An odd count reads one more pixel; its weight is 0 (Pillow's unused slots are). */
-            for (t = 0; t < n; t += 2) {
-                __m128i bytes8 = _mm_loadl_epi64((const __m128i *)(p + 3 * t));
-                __m256i two = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(bytes8, spread));
-                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(two, k[t / 2]));
+            for (t = 0; t < n; t += 2, k += 2) {
+                __m256i two = _mm256_shuffle_epi8(
+                    _mm256_loadu2_m128i((const __m128i *)(q + 3 * t), (const __m128i *)(p + 3 * t)),
+                    spread);
+                high = _mm256_add_epi32(high, _mm256_madd_epi16(two, k[0]));
+                low = _mm256_add_epi32(low, _mm256_madd_epi16(two, k[1]));
             }
-            sum = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-            sum = _mm_srai_epi32(_mm_add_epi32(sum, _mm_set1_epi32(HALF)), PRECISION_BITS);
-            sum = _mm_packus_epi16(_mm_packs_epi32(sum, sum), sum); /* clamps to 0..255, as clip8 */
-            bytes = _mm_cvtsi128_si32(sum);
-            memcpy(o, &bytes, 4); /* the fourth byte is the next pixel's, or the padding's */
+            sum = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(high, 11), low), half);
+            sum = _mm256_srai_epi32(sum, PRECISION_BITS);
+            sum = _mm256_packs_epi32(sum, sum);
+            sum = _mm256_packus_epi16(sum, sum); /* clamps to 0..255, as clip8 */
+            first = _mm256_cvtsi256_si32(sum);
+            second = _mm_cvtsi128_si32(_mm256_extracti128_si256(sum, 1));
+            memcpy(o + 3 * i, &first, 4); /* the fourth byte is overwritten next */
+            memcpy(o + 3 * i + 3, &second, 4); /* the next pixel's, or the padding's */
+        }
+        if (i < x->out_size) {
+            slow(row + (ptrdiff_t)(x->first[i] - origin) * 3,
+                 x->weights + (size_t)i * (size_t)x->taps, x->count[i], o + 3 * i);
         }
     }
     _mm_free(w);
@@ -314,11 +345,61 @@ static void store_planes(const unsigned char *restrict pixels, int height, int w
     }
 }
 
+#ifdef X86_FAST_PATHS
+/* store_planes with byte shuffles: 16 pixels (48 bytes, three loads) at a time become 16 bytes
+ * of each plane, each plane gathered from the three loads by one vpshufb each (mirrored by the
+ * masks when flipped); the last width % 16 pixels go one by one. */
+__attribute__((target("avx2"))) static void store_planes_avx2(const unsigned char *pixels,
+                                                              int height, int width,
+                                                              const Target *target) {
+    __m128i mask[3][3]; /* [plane][load] */
+    int i, j, c, s, d;
+    for (c = 0; c < 3; c++) {
+        for (s = 0; s < 3; s++) {
+            signed char m[16];
+            for (d = 0; d < 16; d++) {
+                int from = 3 * (target->flip ? 15 - d : d) + c - 16 * s;
+                m[d] = (signed char)(from >= 0 && from < 16 ? from : -1);
+            }
+            mask[c][s] = _mm_loadu_si128((const __m128i *)m);
+        }
+    }
+    for (i = 0; i < height; i++) {
+        const unsigned char *row = pixels + (size_t)i * (size_t)width * 3;
+        unsigned char *plane = target->pixels + (ptrdiff_t)i * target->stride_y;
+        for (j = 0; j + 16 <= width; j += 16) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(row + 3 * j));
+            __m128i b = _mm_loadu_si128((const __m128i *)(row + 3 * j + 16));
+            __m128i e = _mm_loadu_si128((const __m128i *)(row + 3 * j + 32));
+            int at = target->flip ? width - 16 - j : j;
+            for (c = 0; c < 3; c++) {
+                __m128i v = _mm_or_si128(
+                    _mm_or_si128(_mm_shuffle_epi8(a, mask[c][0]), _mm_shuffle_epi8(b, mask[c][1])),
+                    _mm_shuffle_epi8(e, mask[c][2]));
+                _mm_storeu_si128((__m128i *)(plane + c * target->stride_c + at), v);
+            }
+        }
+        for (; j < width; j++) {
+            int at = target->flip ? width - 1 - j : j;
+            for (c = 0; c < 3; c++) {
+                plane[c * target->stride_c + at] = row[3 * j + c];
+            }
+        }
+    }
+}
+#endif
+
 static void store(const unsigned char *pixels, int height, int width, int channels,
                   const Target *target) {
     int i, j, c;
     if (channels == 3 && target->stride_x == 1 && target->stride_c >= width) {
-        store_planes(pixels, height, width, target); /* a CHW slot of a batch tensor */
+#ifdef X86_FAST_PATHS
+        if (has_avx2()) {
+            store_planes_avx2(pixels, height, width, target); /* a CHW slot of a batch tensor */
+            return;
+        }
+#endif
+        store_planes(pixels, height, width, target);
         return;
     }
     for (i = 0; i < height; i++) {

@@ -237,7 +237,8 @@ def test_a_box_from_a_damaged_index_is_the_documented_error(jpegs):
        whole=st.booleans(), flip=st.booleans(), grey=st.booleans(), seed=st.integers(0, 2**16))
 def test_resize_into_gives_pillows_bytes(size, out, corners, whole, flip, grey, seed):
     """Shrinking and enlarging, in either pass order (Pillow picks it from the sizes), whole and
-    fractional boxes, RGB and grey, flipped or not: the bytes of Pillow's resize."""
+    fractional boxes, RGB and grey, flipped or not, into HWC and CHW layouts: the bytes of
+    Pillow's resize."""
     from fastload._jpeg_region import resize_into
 
     width, height = size
@@ -257,9 +258,13 @@ def test_resize_into_gives_pillows_bytes(size, out, corners, whole, flip, grey, 
     else:
         expected = image.resize(out, Image.BILINEAR, box=(x0, y0, x1, y1))
     expected = np.asarray(expected.convert("RGB"))
+    expected = expected[:, ::-1] if flip else expected
     got = np.zeros((out[1], out[0], 3), np.uint8)
     resize_into(np.asarray(image), x0, y0, x1, y1, whole, flip, got)
-    assert np.array_equal(got, expected[:, ::-1] if flip else expected)
+    assert np.array_equal(got, expected)
+    planes = np.zeros((3, out[1], out[0]), np.uint8)  # a CHW slot: the loader's layout
+    resize_into(np.asarray(image), x0, y0, x1, y1, whole, flip, planes.transpose(1, 2, 0))
+    assert np.array_equal(planes.transpose(1, 2, 0), expected)
 
 
 def test_crops_land_in_any_strided_slot(jpegs, native):
