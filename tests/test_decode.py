@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import struct
+import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,6 +15,7 @@ from PIL import Image, ImageDraw, ImageFilter
 
 from fastload.decode import MAX_PIXELS, decode_crop, decode_rgb, draft_scale, image_size
 from fastload.errors import CorruptRecordError
+from fastload.pipeline import ThreadDecoder
 from fastload.transforms import CropPlan, EvalCrop, TrainCrop
 
 
@@ -310,3 +312,20 @@ def test_decompression_bomb_is_refused_from_its_header():
         decode_rgb(png_header(30_000, 30_000))
     with pytest.raises(CorruptRecordError, match="over the limit"):
         decode_rgb(png_header(5_000, 5_000), max_pixels=1_000_000)
+
+
+def test_thread_decoder_runs_every_sample_and_raises_the_lowest_failure():
+    decoder = ThreadDecoder(2)
+    ran: list[tuple[int, str]] = []
+
+    def one(k: int) -> None:
+        ran.append((k, threading.current_thread().name))
+        if k in (7, 3):
+            raise ValueError(f"sample {k}")
+
+    for _ in range(3):  # the pool is kept between batches
+        ran.clear()
+        with pytest.raises(ValueError, match="sample 3"):
+            decoder.map(one, 10)
+        assert sorted(k for k, _ in ran) == list(range(10))
+        assert all(name.startswith("fastload-decode") for _, name in ran)
