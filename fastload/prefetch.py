@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 _DONE = object()
+_EXIT_WAIT_S = 10.0  # how long exit waits for a prefetch thread to finish its item
+_running: set[ThreadPrefetcher] = set()
+_running_lock = threading.Lock()
 
 
 class ThreadPrefetcher:
@@ -25,6 +29,8 @@ class ThreadPrefetcher:
         self._thread.start()
 
     def _run(self, source: Iterator[Any]) -> None:
+        with _running_lock:
+            _running.add(self)
         try:
             for item in source:
                 if not self._put((True, item)):
@@ -32,6 +38,9 @@ class ThreadPrefetcher:
             self._put((True, _DONE))
         except BaseException as exc:  # handed to the consumer, which re-raises it
             self._put((False, exc))
+        finally:
+            with _running_lock:
+                _running.discard(self)
 
     def _put(self, item: Any) -> bool:
         while not self._stop.is_set():
@@ -70,3 +79,19 @@ class ThreadPrefetcher:
 
     def __del__(self) -> None:
         self._stop.set()
+
+
+@atexit.register
+def _stop_before_exit() -> None:
+    """Stop every prefetch thread and let it finish its item before the interpreter finalises.
+
+    A daemon thread still running at finalisation is ended by pthread_exit when it next takes
+    the GIL; inside torch's C++ code (building a batch) that unwinding aborts the process
+    ("terminate called without an active exception"), e.g. when a script ends mid-epoch.
+    """
+    with _running_lock:
+        prefetchers = list(_running)
+    for prefetcher in prefetchers:
+        prefetcher.close()
+    for prefetcher in prefetchers:
+        prefetcher._thread.join(timeout=_EXIT_WAIT_S)
