@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
+from fastload.batch_memory import recycled_uint8
 from fastload.transfer import map_tensors
 
 
@@ -29,10 +30,10 @@ class ImageBatch(list):
 
 def new_image_batch(count: int, height: int, width: int) -> torch.Tensor:
     """An uninitialised uint8 batch; in a DataLoader worker it is made in shared memory, so
-    handing it to the main process needs no copy."""
+    handing it to the main process needs no copy; elsewhere in recycled memory (batch_memory)."""
     shape = (count, 3, height, width)
     if torch.utils.data.get_worker_info() is None:
-        return torch.empty(shape, dtype=torch.uint8)
+        return recycled_uint8(shape)
     # Straight into shared memory, as torch's default_collate does in a worker: share_memory_()
     # on a new tensor would also fault in private pages and copy them over (~7 ms a batch of
     # 64 at 224 px, against ~3).
