@@ -18,34 +18,35 @@ import threading
 import numpy as np
 import torch
 
-KEEP_FREE = 4  # free mappings kept per batch size; more are unmapped
+KEEP_FREE = 4  # free mappings kept, of any sizes (the oldest is unmapped first); ~38 MB at most
+# for batches of 64×224²: in a steady loop a freed batch's mapping is taken again at once.
 
 
 class _FreeList:
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.free: dict[int, list[mmap.mmap]] = {}
+        self.free: list[mmap.mmap] = []
 
     def take(self, nbytes: int) -> mmap.mmap:
         with self.lock:
-            spare = self.free.get(nbytes)
-            if spare:
-                return spare.pop()
+            for k in range(len(self.free) - 1, -1, -1):
+                if len(self.free[k]) == nbytes:
+                    return self.free.pop(k)
         # Private: a forked child writing a batch never reaches its parent's pages.
         return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
     def give_back(self, memory: mmap.mmap) -> None:
         with self.lock:
-            spare = self.free.setdefault(len(memory), [])
-            if len(spare) < KEEP_FREE:
-                spare.append(memory)
-                return
-        memory.close()
+            self.free.append(memory)
+            unmapped = self.free[:-KEEP_FREE]
+            del self.free[:-KEEP_FREE]
+        for old in unmapped:
+            old.close()
 
     def forget(self) -> None:
         """After a fork: the child starts with its own, empty list."""
         self.lock = threading.Lock()
-        self.free = {}
+        self.free = []
 
 
 _free_list = _FreeList()
