@@ -46,7 +46,9 @@ class LMDBReader(ShardReader):
             env = self.handle(shard)
             i = indices[ks[0]]
             try:
-                with env.begin(buffers=False) as txn:
+                # buffers=True: liblmdb points into its map and touches none of the record's
+                # pages; copy_out reads them with pread (see there why).
+                with env.begin(buffers=True) as txn:
                     for k in ks:
                         i = indices[k]
                         value = txn.get(lmdb_key(int(self.index.position[i])))
@@ -54,10 +56,10 @@ class LMDBReader(ShardReader):
                             raise self.corrupt(i, "record missing from its shard")
                         if len(value) != self.index.size[i]:
                             raise self.corrupt(i, f"{len(value)} bytes stored, index says {int(self.index.size[i])}")
-                        out[k] = value
-            except lmdb.Error as exc:
+                        out[k] = lmdb_mapping.copy_out(env, value)
+            except (lmdb.Error, OSError) as exc:
                 raise self.corrupt(i, f"LMDB read failed ({exc})") from None
-        # The records are copies: now and then, unmap the shard pages they came from.
+        # The records are copies: now and then, unmap the shard pages the B-tree walks mapped.
         lmdb_mapping.note_read(sum(map(len, out)))  # type: ignore[arg-type]
         return out  # type: ignore[return-value]
 
@@ -86,7 +88,7 @@ def _open_env(path: Path, key: tuple[int, int], readahead: bool) -> lmdb.Environ
         env = _open_envs.get(key)
         if env is None:
             env = _open_retrying(path, readahead)
-            lmdb_mapping.track(env, path)
+            lmdb_mapping.track(env, path, readahead)
             _open_envs[key] = env
         return env
 

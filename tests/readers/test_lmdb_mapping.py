@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -51,31 +52,46 @@ def read_in_batches(reader, count: int, after_each=lambda: None) -> list[bytes]:
 def test_reads_keep_about_the_release_budget_mapped(big_records, monkeypatch):
     ds = PackedDataset(big_records)
     reader = ds.reader
-    monkeypatch.setattr(lmdb_mapping, "RELEASE_EVERY", 1 << 40)  # never, for the baseline
-    payloads = read_in_batches(reader, len(ds))
+    env = reader.handle(0)
+    # Copied out through liblmdb's map: every page read stays mapped.
+    with env.begin(buffers=False) as txn:
+        payloads = [value for _, value in txn.cursor()]
     total_kb = sum(map(len, payloads)) // 1024
     assert total_kb > 4000
-    env = reader.handle(0)
     start, length = lmdb_mapping.find_mapping(big_records / ds.manifest.shards[0].file)
     assert length >= reader.manifest.shards[0].bytes
-    assert mapped_kb(start, length) > total_kb * 3 // 4  # liblmdb leaves every page it read mapped
+    assert mapped_kb(start, length) > total_kb * 3 // 4
 
     monkeypatch.setattr(lmdb_mapping, "RELEASE_EVERY", 512 * 1024)
     lmdb_mapping.note_read(512 * 1024)  # the budget is reached: every tracked shard is released
     assert mapped_kb(start, length) < 128
     peaks: list[int] = []
     again = read_in_batches(reader, len(ds), lambda: peaks.append(mapped_kb(start, length)))
-    assert again == payloads  # the pages fault back in from the page cache, same bytes
-    # Releases happened, and between them what a read maps stays within a few budgets: the
-    # kernel maps the pages around each fault too (readahead is on for records this large).
+    assert again == payloads  # the reader's pread copies: the bytes liblmdb gives
+    # Releases happened, and between them what a read maps stays within a few budgets (the
+    # reader reads records with pread; the B-tree pages liblmdb walks fault in with the
+    # page-cache pages around them).
     assert 0 in peaks and max(peaks) <= 4 * 512 < total_kb // 2, peaks
 
-    # The same reads straight through liblmdb: the pages stay mapped until a release.
-    with env.begin(buffers=False) as txn:
-        assert sum(len(v) for _, v in txn.cursor()) // 1024 == total_kb
-    assert mapped_kb(start, length) > total_kb * 3 // 4
-    lmdb_mapping.release(env)
-    assert mapped_kb(start, length) < 128
+
+def test_records_are_read_with_pread_where_the_map_is_known(big_records, tmp_path):
+    import lmdb
+
+    ds = PackedDataset(big_records)
+    env = ds.reader.handle(0)
+    assert env in lmdb_mapping._files  # located: copy_out reads the file
+    with env.begin(buffers=True) as txn:
+        for _, value in txn.cursor():
+            copied = lmdb_mapping.copy_out(env, value)
+            assert type(copied) is bytes and copied == bytes(value)
+    # An environment it could not locate (never tracked): copied from the map, same bytes.
+    shutil.copy(big_records / ds.manifest.shards[0].file, tmp_path / "copy.lmdb")
+    other = lmdb.open(str(tmp_path / "copy.lmdb"), subdir=False, readonly=True, lock=False)
+    assert other not in lmdb_mapping._files
+    with other.begin(buffers=True) as txn, env.begin(buffers=False) as theirs:
+        for key, value in txn.cursor():
+            assert lmdb_mapping.copy_out(other, value) == theirs.get(key)
+    other.close()
 
 
 def test_a_file_that_is_not_mapped_has_no_mapping(tmp_path):
@@ -86,8 +102,6 @@ def test_a_file_that_is_not_mapped_has_no_mapping(tmp_path):
 
 
 def test_a_closed_environment_is_never_advised(big_records, tmp_path, monkeypatch):
-    import shutil
-
     import lmdb
 
     path = tmp_path / "shard.lmdb"
