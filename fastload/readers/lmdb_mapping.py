@@ -81,11 +81,14 @@ def track(env: Any, path: Path, readahead: bool = True) -> None:
         return
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        if not readahead:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
     except OSError:
-        return
+        return  # copy_out copies from the map instead
     weakref.finalize(env, os.close, fd)
+    if not readahead:
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        except OSError:
+            pass  # a hint only
     with _lock:
         _files[env] = (mapping[0], mapping[1], fd)
         if _advise is not None:
@@ -95,11 +98,11 @@ def track(env: Any, path: Path, readahead: bool = True) -> None:
 def copy_out(env: Any, value: memoryview) -> bytes:
     """The bytes of ``value``, a buffer liblmdb returned into ``env``'s map, read with ``pread``.
 
-    Copying out of the map would fault its pages in, and this kernel maps whole page-cache
-    folios per fault: 38-55 MB of shard pages mapped per 6.4 MB batch of photos, all counted as
-    the process's memory until the next release. liblmdb finds a record without touching its
-    pages (only the B-tree's), so its address in the map is its offset in the file. Falls back
-    to copying from the map for an environment :func:`track` could not locate.
+    Copying out of the map would fault its pages in, and recent kernels map whole page-cache
+    folios per fault (6.18: 38-55 MB of shard pages mapped per 6.4 MB batch of photos), all
+    counted as the process's memory until the next release. liblmdb finds a record without
+    touching its pages (only the B-tree's), so its address in the map is its offset in the
+    file. Falls back to copying from the map for an environment :func:`track` could not locate.
     """
     where = _files.get(env)
     size = len(value)
@@ -111,7 +114,7 @@ def copy_out(env: Any, value: memoryview) -> bytes:
         return bytes(value)
     data = os.pread(fd, size, offset)
     if len(data) != size:
-        raise OSError(f"read {len(data)} of {size} bytes at offset {offset}: the file was cut short")
+        raise OSError(f"read {len(data)} of {size} bytes at offset {offset}: the file is shorter")
     return data
 
 
