@@ -30,12 +30,11 @@ _MADV_DONTNEED = 4  # Linux
 RELEASE_EVERY = 4 << 20
 """Bytes a process reads out of LMDB shards between two releases of their mapped pages."""
 
-# Environment → (start, length) of its data file mapping. Weak keys: an entry lives exactly as
-# long as its environment, so an address is never advised after liblmdb has unmapped it (the
-# range could by then hold other memory, which MADV_DONTNEED would zero).
-_ranges: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
-# Environment → (map start, map length, fd of its file), for copy_out.
-_files: weakref.WeakKeyDictionary[Any, tuple[int, int, int]] = weakref.WeakKeyDictionary()
+# Environment → (start, length) of its data file mapping, and a descriptor of the file for
+# copy_out (-1: none could be opened). Weak keys: an entry lives exactly as long as its
+# environment, so an address is never advised after liblmdb has unmapped it (the range could by
+# then hold other memory, which MADV_DONTNEED would zero).
+_maps: weakref.WeakKeyDictionary[Any, tuple[int, int, int]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 _unreleased = 0  # bytes read since the last release
 
@@ -82,17 +81,16 @@ def track(env: Any, path: Path, readahead: bool = True) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return  # copy_out copies from the map instead
-    weakref.finalize(env, os.close, fd)
-    if not readahead:
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-        except OSError:
-            pass  # a hint only
+        fd = -1  # copy_out copies from the map instead
+    else:
+        weakref.finalize(env, os.close, fd)
+        if not readahead:
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            except OSError:
+                pass  # a hint only
     with _lock:
-        _files[env] = (mapping[0], mapping[1], fd)
-        if _advise is not None:
-            _ranges[env] = mapping
+        _maps[env] = (mapping[0], mapping[1], fd)
 
 
 def copy_out(env: Any, value: memoryview) -> bytes:
@@ -102,11 +100,12 @@ def copy_out(env: Any, value: memoryview) -> bytes:
     folios per fault (6.18: 38-55 MB of shard pages mapped per 6.4 MB batch of photos), all
     counted as the process's memory until the next release. liblmdb finds a record without
     touching its pages (only the B-tree's), so its address in the map is its offset in the
-    file. Falls back to copying from the map for an environment :func:`track` could not locate.
+    file. Falls back to copying from the map for an environment :func:`track` could not locate
+    or whose file it could not open.
     """
-    where = _files.get(env)
+    where = _maps.get(env)
     size = len(value)
-    if where is None or size == 0:
+    if where is None or where[2] < 0 or size == 0:
         return bytes(value)
     start, length, fd = where
     offset = np.frombuffer(value, dtype=np.uint8).ctypes.data - start
@@ -126,7 +125,7 @@ def note_read(nbytes: int) -> None:
         if _unreleased < RELEASE_EVERY:
             return
         _unreleased = 0
-        envs = list(_ranges.keys())
+        envs = list(_maps.keys())
     for env in envs:
         release(env)
 
@@ -137,8 +136,8 @@ def release(env: Any) -> None:
     Safe while other threads read through ``env``: a page they touch next faults back in from
     the page cache with the same bytes (a shared file mapping is never zero-filled).
     """
-    mapping = _ranges.get(env)
-    if mapping is None:
+    mapping = _maps.get(env)
+    if mapping is None or _advise is None:
         return
     try:
         env.info()  # closed (fastload never closes one, but a caller could): its range is gone

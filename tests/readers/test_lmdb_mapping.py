@@ -79,7 +79,7 @@ def test_records_are_read_with_pread_where_the_map_is_known(big_records, tmp_pat
 
     ds = PackedDataset(big_records)
     env = ds.reader.handle(0)
-    assert env in lmdb_mapping._files  # located: copy_out reads the file
+    assert lmdb_mapping._maps[env][2] >= 0  # located and opened: copy_out reads the file
     with env.begin(buffers=True) as txn:
         for _, value in txn.cursor():
             copied = lmdb_mapping.copy_out(env, value)
@@ -87,7 +87,7 @@ def test_records_are_read_with_pread_where_the_map_is_known(big_records, tmp_pat
     # An environment it could not locate (never tracked): copied from the map, same bytes.
     shutil.copy(big_records / ds.manifest.shards[0].file, tmp_path / "copy.lmdb")
     other = lmdb.open(str(tmp_path / "copy.lmdb"), subdir=False, readonly=True, lock=False)
-    assert other not in lmdb_mapping._files
+    assert other not in lmdb_mapping._maps
     with other.begin(buffers=True) as txn, env.begin(buffers=False) as theirs:
         for key, value in txn.cursor():
             assert lmdb_mapping.copy_out(other, value) == theirs.get(key)
