@@ -319,8 +319,8 @@ static void vertical(const Axis *y, const unsigned char *base, ptrdiff_t stride,
     }
 }
 
-/* The resized crop (packed rows) into the target: strided, flipped, grey to three channels. */
-FAST_PATHS
+/* An RGB crop (packed rows) into a planar target, flipped or not: the baseline for CPUs without
+ * AVX2 (store_planes_avx2 is the fast one). */
 static void store_planes(const unsigned char *restrict pixels, int height, int width,
                          const Target *target) {
     int i, j;
@@ -389,6 +389,7 @@ __attribute__((target("avx2"))) static void store_planes_avx2(const unsigned cha
 }
 #endif
 
+/* The resized crop (packed rows) into the target: strided, flipped, grey to three channels. */
 static void store(const unsigned char *pixels, int height, int width, int channels,
                   const Target *target) {
     int i, j, c;
