@@ -118,7 +118,8 @@ def copy_out(env: Any, value: memoryview) -> bytes:
 
 
 def note_read(nbytes: int) -> None:
-    """Count ``nbytes`` copied out of shard maps; past :data:`RELEASE_EVERY`, release them all."""
+    """Count ``nbytes`` of records read from shards; past :data:`RELEASE_EVERY`, release every
+    shard's mapped pages."""
     global _unreleased
     with _lock:
         _unreleased += nbytes
