@@ -139,7 +139,7 @@ class PackedProbe:
                                          torch.zeros(len(samples), dtype=torch.int64)))
 
     def release(self) -> None:
-        # LMDB pages mapped by this process survive posix_fadvise: close the shards first.
+        # Pages a process maps survive posix_fadvise: readers map none, but close the shards.
         self.dataset.reader.close()
         gc.collect()
 

@@ -74,6 +74,16 @@ class ShardReader:
         """Payloads as stored (one pass per shard where the storage allows it), unchecked."""
         raise NotImplementedError
 
+    def read_at(self, i: int, fd: int, size: int, offset: int) -> bytes:
+        """Record ``i``'s ``size`` bytes at ``offset`` of its shard file, open as ``fd``."""
+        try:
+            data = os.pread(fd, size, offset)
+        except OSError as exc:
+            raise self.corrupt(i, f"read failed ({exc.strerror})") from None
+        if len(data) != size:
+            raise self.corrupt(i, f"shard file ends early ({len(data)} of {size} bytes)")
+        return data
+
     def where(self, i: int) -> str:
         """``shard-00001.lmdb record 17 (cat/003.jpg)``: the context every record error carries."""
         shard = self.manifest.shards[int(self.index.shard[i])].file

@@ -47,11 +47,5 @@ class HDF5Reader(ShardReader):
             fd = self.handle(shard)
             size = int(self.index.size[i])
             start = self.manifest.shards[shard].data_offset + int(self.index.offset[i])
-            try:
-                data = os.pread(fd, size, start)
-            except OSError as exc:
-                raise self.corrupt(i, f"read failed ({exc.strerror})") from None
-            if len(data) != size:
-                raise self.corrupt(i, f"shard file ends early ({len(data)} of {size} bytes)")
-            out.append(data)
+            out.append(self.read_at(i, fd, size, start))
         return out

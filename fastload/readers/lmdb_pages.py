@@ -1,12 +1,17 @@
-"""LMDB page walk: prove a shard's B-tree stays inside its file before liblmdb maps it.
+"""LMDB page walk: find where every record of a shard lies in its file, checking the B-tree.
 
-liblmdb trusts the offsets and sizes inside its pages; one changed byte of a node pointer makes it
-read past the end of the mapped file, and the process dies of SIGBUS, where Python cannot catch
-it. So before a shard is opened, its meta page and every branch and leaf page reachable from the
-root are read with ``pread`` (no mapping) and checked: node offsets inside their page, keys and
-inline values inside their node's page, child and overflow pages inside the file. Record bytes
-themselves are not read: their checksums catch damage there. A shard of ~100 KB records has a few
-dozen such pages per 256 MB; one of tiny records has one per ~4 KB of records.
+fastload reads LMDB shards without liblmdb: the file is an ordinary LMDB environment (any LMDB
+tool opens it), but a record's bytes are contiguous in the file (inline in a leaf page, or on the
+overflow pages after a 16-byte header), so once their offsets are known a read is one ``pread``
+that releases the GIL and maps nothing. liblmdb would instead walk the B-tree under the GIL for
+every record (py-lmdb holds it) and map the pages it touches, which then count as the reading
+process's memory (the classic "LMDB leaks in my DataLoader workers" report).
+
+So when a process opens a shard, its meta page and every branch and leaf page reachable from the
+root are read with ``pread`` and checked: node offsets inside their page, keys and inline values
+inside their node's page, child and overflow pages inside the file. Record bytes themselves are
+not read: their checksums catch damage there. A shard of ~100 KB records has a few dozen such
+pages per 256 MB; one of tiny records has one per ~4 KB of records.
 
 Layout (LMDB 0.9, 64-bit): a 16-byte page header (pgno u64, pad u16, flags u16, lower u16,
 upper u16); the meta page holds the two databases' records and the transaction id; a node is
@@ -17,6 +22,8 @@ from __future__ import annotations
 
 import os
 import struct
+
+import numpy as np
 
 _HEADER = 16
 _BRANCH, _LEAF, _OVERFLOW, _LEAF2, _SUBPAGE = 0x01, 0x02, 0x04, 0x20, 0x40
@@ -33,13 +40,32 @@ class DamagedShard(Exception):
     """The shard's structure points outside itself; the message says where."""
 
 
-def check_tree(fd: int, file_size: int) -> None:
-    """Walk the main database's B-tree of the LMDB file open as ``fd``; raise DamagedShard."""
+class RecordPlaces:
+    """Where each record of one shard lies: ``offset[position]`` (-1: no such key in the B-tree)
+    and ``size[position]``, as the B-tree says."""
+
+    def __init__(self, num_records: int) -> None:
+        self.offset = np.full(num_records, -1, dtype=np.int64)
+        self.size = np.zeros(num_records, dtype=np.uint32)  # LMDB's node size field is 32 bits
+
+    def add(self, key: bytes, offset: int, size: int, pgno: int) -> None:
+        position = int.from_bytes(key, "big")
+        if len(key) != 8 or position >= len(self.offset):
+            raise DamagedShard(f"page {pgno} holds key {key.hex()}, not the position of one of "
+                               f"this shard's {len(self.offset)} records")
+        self.offset[position] = offset
+        self.size[position] = size
+
+
+def locate_records(fd: int, file_size: int, num_records: int) -> RecordPlaces:
+    """Walk the main database's B-tree of the LMDB file open as ``fd`` and find its records,
+    keyed by 8-byte big-endian positions below ``num_records``; raise DamagedShard."""
+    places = RecordPlaces(num_records)
     page_size, root, last_page, flags = _meta(fd, file_size)
     if flags:
         raise DamagedShard(f"the main database has flags {flags:#x}; fastload writes plain keys only")
     if root == _INVALID:
-        return  # an empty database
+        return places  # an empty database
     pages = file_size // page_size
     if last_page >= pages:
         raise DamagedShard(f"the meta page says the file has {last_page + 1} pages, it has {pages}")
@@ -57,7 +83,8 @@ def check_tree(fd: int, file_size: int) -> None:
             raise DamagedShard(f"page {pgno} has bounds lower={lower} upper={upper}")
         for k in range((lower - _HEADER) // 2):
             (at,) = struct.unpack_from("<H", page, _HEADER + 2 * k)
-            _check_node(page, pgno, at, upper, bool(flags & _BRANCH), last_page, page_size, todo)
+            _walk_node(page, pgno, at, upper, bool(flags & _BRANCH), last_page, page_size, todo, places)
+    return places
 
 
 def _meta(fd: int, file_size: int) -> tuple[int, int, int, int]:
@@ -83,8 +110,8 @@ def _read_meta(fd: int, offset: int) -> tuple[int, int, int, int, int]:
     return fields[4], fields[19], fields[20], fields[21], fields[13]
 
 
-def _check_node(page: bytes, pgno: int, at: int, upper: int, branch: bool, last_page: int,
-                page_size: int, todo: list[int]) -> None:
+def _walk_node(page: bytes, pgno: int, at: int, upper: int, branch: bool, last_page: int,
+               page_size: int, todo: list[int], places: RecordPlaces) -> None:
     if not upper <= at <= page_size - _NODE.size:
         raise DamagedShard(f"page {pgno} has a node at offset {at}, outside its node area")
     lo, hi, flags, key_size = _NODE.unpack_from(page, at)
@@ -103,5 +130,9 @@ def _check_node(page: bytes, pgno: int, at: int, upper: int, branch: bool, last_
         (first,) = struct.unpack_from("<Q", page, end)
         if not 2 <= first <= last_page or first * page_size + _HEADER + size > (last_page + 1) * page_size:
             raise DamagedShard(f"page {pgno}: a record of {size} bytes at page {first} runs past the file")
+        offset = first * page_size + _HEADER  # the overflow pages' header, then the bytes
     elif end + size > page_size:
         raise DamagedShard(f"page {pgno}: a node at offset {at} runs past the page")
+    else:
+        offset = pgno * page_size + end
+    places.add(page[at + _NODE.size:end], offset, size, pgno)

@@ -6,11 +6,12 @@ import multiprocessing as mp
 import os
 import pickle
 import random
+from pathlib import Path
 
 import pytest
 
 from fastload import CorruptRecordError, ManifestError
-from fastload.format import RecordIndex, read_manifest
+from fastload.format import RecordIndex, lmdb_key, read_manifest
 from fastload.readers import READERS, HDF5Reader, LMDBReader, ShardReader
 from tests.conftest import copy_dataset, flip_payload_byte, load_manifest_json, save_manifest_json
 
@@ -142,8 +143,8 @@ def _read_first(reader: ShardReader, queue) -> None:
 
 @pytest.mark.parametrize("keep", [0.5, 0.0])
 def test_a_truncated_shard_is_an_error_not_a_crash(packed, storage, tmp_path, keep):
-    # An LMDB file is memory-mapped: reading past the end of a truncated one would be SIGBUS,
-    # so the read runs in a child that this test outlives.
+    # Were a shard memory-mapped, reading past the end of a truncated one would be SIGBUS:
+    # the read runs in a child that this test outlives.
     out = copy_dataset(packed(storage)[0], tmp_path / "ds")
     reader = open_reader(out)
     path = out / reader.manifest.shards[0].file
@@ -165,6 +166,55 @@ def test_lmdb_shard_replaced_by_other_bytes_is_refused(packed, tmp_path):
     path.write_bytes(b"\0" * path.stat().st_size)  # right size, not an LMDB file
     with pytest.raises(ManifestError, match="damaged LMDB shard .*lost its magic number"):
         reader.read(0)
+
+
+def _rewrite_lmdb_record(dataset, position: int, value: bytes | None) -> int:
+    """Replace (or delete, ``value=None``) the record at ``position`` of shard 0 with liblmdb, and
+    let the manifest accept the file's new size; returns that record's global index."""
+    import lmdb
+
+    path = dataset / read_manifest(dataset).shards[0].file
+    env = lmdb.open(str(path), subdir=False, lock=False, max_dbs=0, map_size=64 << 20)
+    with env.begin(write=True) as txn:
+        if value is None:
+            assert txn.delete(lmdb_key(position))
+        else:
+            txn.put(lmdb_key(position), value)
+    env.close()
+    raw = load_manifest_json(dataset)
+    raw["shards"][0]["bytes"] = path.stat().st_size
+    save_manifest_json(dataset, raw)
+    index = RecordIndex(dataset, read_manifest(dataset))
+    return int(((index.shard == 0) & (index.position == position)).nonzero()[0][0])
+
+
+def test_an_lmdb_record_gone_from_its_shard_is_named(packed, tmp_path):
+    out = copy_dataset(packed("lmdb")[0], tmp_path / "ds")
+    victim = _rewrite_lmdb_record(out, 1, None)
+    reader = open_reader(out)
+    with pytest.raises(CorruptRecordError, match=rf"record {victim} \(.*\): record missing from its shard"):
+        reader.read_many([0, victim])
+    assert reader.read(0)  # the others still read
+    reader.close()
+
+
+def test_an_lmdb_record_of_another_size_is_named(packed, tmp_path):
+    out = copy_dataset(packed("lmdb")[0], tmp_path / "ds")
+    victim = _rewrite_lmdb_record(out, 0, b"x" * 5000)  # overflow pages now, a new place
+    reader = open_reader(out)
+    size = int(reader.index.size[victim])
+    with pytest.raises(CorruptRecordError, match=rf"record {victim} .*: 5000 bytes stored, index says {size}"):
+        reader.read(victim)
+    reader.close()
+
+
+def test_reads_map_nothing_of_the_shards(reader_and_files):
+    """Records come by pread: a process that read every record maps none of the shard files,
+    so none of their pages count as its memory."""
+    reader, expected = reader_and_files
+    assert reader.read_many(range(len(expected))) == expected
+    maps = Path("/proc/self/maps").read_text()
+    assert not [line for line in maps.splitlines() if str(reader.root) in line]
 
 
 def test_hdf5_payload_offset_must_match_the_manifest(packed, tmp_path):
@@ -203,7 +253,7 @@ def _two_readers_in_child(a: ShardReader, b: ShardReader, queue) -> None:
 
 
 def test_two_readers_of_one_dataset_in_one_process(packed, storage):
-    # py-lmdb refuses to open a file twice in a process: readers must share, before and after a fork.
+    # Each reader has its own handles, before and after a fork; closing one leaves the other working.
     out, files = packed(storage)
     a, b = open_reader(out), open_reader(out)
     n = len(files)

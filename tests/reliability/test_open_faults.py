@@ -138,7 +138,7 @@ def test_a_missing_index_folder_or_an_empty_directory(id_set, tmp_path):
 
 def test_a_shard_damaged_after_open_is_found_by_its_first_read(id_set, tmp_path):
     """Opening checks sizes once; a shard cut short later (another process, a full disk) is an
-    error on read, not a crash (an LMDB shard is memory-mapped: reading past its end is SIGBUS)."""
+    error on read, not a crash (were a shard memory-mapped, reading past its end would be SIGBUS)."""
     for storage in STORAGES:
         dataset = shutil.copytree(id_set(storage), tmp_path / storage)
         ds = fastload.PackedDataset(dataset)
@@ -170,14 +170,14 @@ def test_a_damaged_lmdb_page_pointer_is_an_error_not_a_crash(id_set, tmp_path):
 
 def test_every_changed_byte_of_lmdb_page_headers_is_refused_or_harmless(id_set, tmp_path):
     """Each byte of the header and node pointers of every branch and leaf page, inverted in turn:
-    the page walk refuses the shard before liblmdb maps it, or reading it in a child neither
-    crashes nor returns wrong bytes."""
-    from fastload.readers.lmdb_pages import DamagedShard, check_tree
+    the page walk refuses the shard when it opens, or reading it in a child neither crashes nor
+    returns wrong bytes."""
+    from fastload.readers.lmdb_pages import DamagedShard, locate_records
 
     source = id_set("lmdb")
     reference = fastload.PackedDataset(source)
     expected = [reference.record(i)["data"] for i in range(len(reference))]
-    name = read_manifest(source).shards[0].file
+    name, count = read_manifest(source).shards[0].file, read_manifest(source).shards[0].num_records
     pristine = (source / name).read_bytes()
     page = 4096
     tree_pages = [start for start in range(2 * page, len(pristine), page)
@@ -192,7 +192,7 @@ def test_every_changed_byte_of_lmdb_page_headers_is_refused_or_harmless(id_set, 
             probe.write_bytes(bytes(data))
             fd = os.open(probe, os.O_RDONLY)
             try:
-                check_tree(fd, len(data))
+                locate_records(fd, len(data), count)
                 harmless.append(at)
             except DamagedShard:
                 refused += 1

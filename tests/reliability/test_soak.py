@@ -21,8 +21,8 @@ pytestmark = pytest.mark.reliability
 
 READERS = 8
 SOAK_S = 120
-# Allowed growth after warm-up. Anonymous memory is what a leak grows (file-backed pages of the
-# memory-mapped shards are bounded by the dataset, ~4 MB here, and shared between the readers).
+# Allowed growth after warm-up. Anonymous memory is what a leak grows (shards are read with
+# pread, not mapped; file-backed pages are the libraries').
 ANON_MARGIN_MB = 8
 RSS_MARGIN_MB = 16
 
