@@ -184,6 +184,8 @@ class PackedDataset(torch.utils.data.Dataset):
                     failed: dict[int, CorruptRecordError] | None) -> list[Any]:
         """Read, decode and transform records ``parsed``; with a ``failed`` dict, damaged records
         are left out and their errors put there (keyed by record index)."""
+        if self.pipeline is not None:
+            return self._decode_batch(self.pipeline, parsed, failed)
         indices = [p[0] for p in parsed]
         if failed is None:
             payloads = self.reader.read_many(indices)
@@ -193,20 +195,24 @@ class PackedDataset(torch.utils.data.Dataset):
                 parsed = [p for p in parsed if p[0] not in failed]
                 indices = [p[0] for p in parsed]
                 payloads = [data for data in payloads if data is not None]
-        if self.pipeline is None:
-            samples = []
-            for i, data in zip(indices, payloads):
-                try:
-                    image = self.payload(i, data)
-                except CorruptRecordError as exc:
-                    if failed is None:
-                        raise
-                    failed[i] = exc
-                    continue
-                samples.append(self._finish(i, image))
-            return samples
+        samples = []
+        for i, data in zip(indices, payloads):
+            try:
+                image = self.payload(i, data)
+            except CorruptRecordError as exc:
+                if failed is None:
+                    raise
+                failed[i] = exc
+                continue
+            samples.append(self._finish(i, image))
+        return samples
+
+    def _decode_batch(self, pipeline: ImagePipeline, parsed: list[tuple[int, int, int]],
+                      failed: dict[int, CorruptRecordError] | None) -> list[Any]:
+        """:meth:`_read_batch` for the built-in image pipeline: each decode thread reads too."""
+        indices = [p[0] for p in parsed]
         undecoded: dict[int, CorruptRecordError] | None = None if failed is None else {}
-        batch = decode_batch(self.pipeline, payloads, parsed, self.index.width[indices],
+        batch = decode_batch(pipeline, self.reader.read, parsed, self.index.width[indices],
                              self.index.height[indices], self.index.label[indices],
                              self.decoder, self.reader.where, max_pixels=self.max_pixels,
                              failed=undecoded)

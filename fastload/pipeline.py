@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,36 +103,43 @@ class ThreadDecoder:
             raise errors[min(errors)]
 
 
-def decode_batch(pipeline: ImagePipeline, payloads: list[bytes], keys: list[tuple[int, int, int]],
-                 widths: np.ndarray, heights: np.ndarray, labels: np.ndarray,
-                 decoder: ThreadDecoder, where: Any, *, max_pixels: int = MAX_PIXELS,
+def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
+                 keys: list[tuple[int, int, int]], widths: np.ndarray, heights: np.ndarray,
+                 labels: np.ndarray, decoder: ThreadDecoder, where: Any, *,
+                 max_pixels: int = MAX_PIXELS,
                  failed: dict[int, CorruptRecordError] | None = None) -> ImageBatch:
-    """Decode ``payloads`` (records ``keys``) into one preallocated ``N×3×H×W`` uint8 batch.
+    """Read (``read(record index)``) and decode records ``keys`` into one preallocated
+    ``N×3×H×W`` uint8 batch.
 
-    A record that does not decode raises CorruptRecordError naming it; with a ``failed`` dict,
-    its error is put there under its position in ``payloads`` and the batch holds the others.
+    Each decode thread reads the record it decodes next: reads (``pread`` releases the GIL)
+    overlap the other threads' decoding instead of all coming first, and a batch's payloads are
+    never all held at once. A record that cannot be read or decoded raises CorruptRecordError
+    naming it; with a ``failed`` dict, its error is put there under its position in ``keys``
+    and the batch holds the others.
     """
     out_h, out_w = pipeline.out_size
-    images = new_image_batch(len(payloads), out_h, out_w)
+    images = new_image_batch(len(keys), out_h, out_w)
 
     def one(k: int) -> None:
-        at = where(keys[k][0])
+        index = keys[k][0]
         try:
-            plan, _, _ = pipeline.plan_record(payloads[k], keys[k], int(widths[k]), int(heights[k]),
+            payload = read(index)
+            at = where(index)
+            plan, _, _ = pipeline.plan_record(payload, keys[k], int(widths[k]), int(heights[k]),
                                               where=at, max_pixels=max_pixels)
             # An HWC view of this sample's CHW slot: the decoder writes pixels straight into the batch.
-            decode_crop(payloads[k], plan, out=images[k].permute(1, 2, 0).numpy(), where=at,
+            decode_crop(payload, plan, out=images[k].permute(1, 2, 0).numpy(), where=at,
                         max_pixels=max_pixels)
         except CorruptRecordError as exc:
             if failed is None:
                 raise
             failed[k] = exc  # one key per thread: dict item assignment is atomic
 
-    decoder.map(one, len(payloads))
+    decoder.map(one, len(keys))
     labels_t = torch.as_tensor(labels, dtype=torch.int64)
     if failed:
         # The decoded samples, packed into a batch of their own (in shared memory in a worker).
-        keep = torch.tensor([k for k in range(len(payloads)) if k not in failed], dtype=torch.int64)
+        keep = torch.tensor([k for k in range(len(keys)) if k not in failed], dtype=torch.int64)
         kept = new_image_batch(len(keep), out_h, out_w)
         torch.index_select(images, 0, keep, out=kept)
         images, labels_t = kept, labels_t[keep]

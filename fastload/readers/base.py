@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,13 +32,16 @@ class ShardReader:
         return state
 
     def handle(self, shard: int) -> Any:
-        """The open handle for ``shard`` in this process."""
-        if self._pid != os.getpid():
-            self._handles = {}  # inherited through fork: never reuse the parent's handles
-            self._pid = os.getpid()
-        handle = self._handles.get(shard)
+        """The open handle for ``shard`` in this process (decode threads read at once)."""
+        handle = self._handles.get(shard) if self._pid == os.getpid() else None
         if handle is None:
-            handle = self._handles[shard] = self.open_shard(shard)
+            with _open_lock:  # one open per shard, however many threads ask
+                if self._pid != os.getpid():
+                    self._handles = {}  # inherited through fork: never reuse the parent's handles
+                    self._pid = os.getpid()
+                handle = self._handles.get(shard)
+                if handle is None:
+                    handle = self._handles[shard] = self.open_shard(shard)
         return handle
 
     def open_shard(self, shard: int) -> Any:
@@ -94,10 +98,23 @@ class ShardReader:
                                   "and re-pack the dataset if it is damaged")
 
     def close(self) -> None:
-        if self._pid == os.getpid():
-            for handle in self._handles.values():
-                self.close_handle(handle)
-        self._handles = {}
+        with _open_lock:
+            if self._pid == os.getpid():
+                for handle in self._handles.values():
+                    self.close_handle(handle)
+            self._handles = {}
 
     def close_handle(self, handle: Any) -> None:
         handle.close()
+
+
+_open_lock = threading.Lock()
+
+
+def _new_lock_after_fork() -> None:
+    """A parent thread may have held the lock at the fork; the child's copy would stay locked."""
+    global _open_lock
+    _open_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)

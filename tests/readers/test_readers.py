@@ -6,6 +6,7 @@ import multiprocessing as mp
 import os
 import pickle
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,34 @@ def test_handles_open_lazily_and_are_never_pickled(reader_and_files):
     reader.close()
     assert reader._handles == {}
     assert reader.read(1) == expected[1]  # re-opens after close
+
+
+def test_threads_reading_at_once_open_each_shard_once(packed, storage):
+    """Decode threads read their own records: a fresh reader hit by many at once opens each
+    shard file once (no descriptor left behind by a lost race)."""
+    out, files = packed(storage)
+    reader = open_reader(out)
+    n = len(files)
+    expected = [files[reader.index.path[i]] for i in range(n)]
+    fds_before = len(os.listdir("/proc/self/fd"))
+    start = threading.Barrier(8)
+    results: list[list[bytes]] = []
+
+    def read_all() -> None:
+        start.wait()
+        results.append(reader.read_many(range(n)))
+
+    threads = [threading.Thread(target=read_all) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [expected] * 8
+    shards = len(reader.manifest.shards)
+    assert len(reader._handles) == shards
+    assert len(os.listdir("/proc/self/fd")) - fds_before == shards
+    reader.close()
+    assert len(os.listdir("/proc/self/fd")) == fds_before
 
 
 def _read_all_in_child(reader: ShardReader, queue) -> None:
