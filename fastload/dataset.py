@@ -211,6 +211,8 @@ class PackedDataset(torch.utils.data.Dataset):
                       failed: dict[int, CorruptRecordError] | None) -> list[Any]:
         """:meth:`_read_batch` for the built-in image pipeline: each decode thread reads too."""
         indices = [p[0] for p in parsed]
+        if len(indices) > 1:
+            self.reader.will_read(indices)  # the whole batch's reads in flight, not one per thread
         undecoded: dict[int, CorruptRecordError] | None = None if failed is None else {}
         batch = decode_batch(pipeline, self.reader.read, parsed, self.index.width[indices],
                              self.index.height[indices], self.index.label[indices],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from typing import Any
 
 from fastload.errors import ManifestError
@@ -40,12 +39,7 @@ class HDF5Reader(ShardReader):
     def close_handle(self, handle: Any) -> None:
         os.close(handle)
 
-    def read_raw(self, indices: Sequence[int]) -> list[bytes]:
-        out = []
-        for i in indices:
-            shard = int(self.index.shard[i])
-            fd = self.handle(shard)
-            size = int(self.index.size[i])
-            start = self.manifest.shards[shard].data_offset + int(self.index.offset[i])
-            out.append(self.read_at(i, fd, size, start))
-        return out
+    def locate(self, i: int) -> tuple[int, int, int]:
+        shard = int(self.index.shard[i])
+        start = self.manifest.shards[shard].data_offset + int(self.index.offset[i])
+        return self.handle(shard), start, int(self.index.size[i])

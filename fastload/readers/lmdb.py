@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,16 +56,13 @@ class LMDBReader(ShardReader):
     def close_handle(self, handle: Any) -> None:
         os.close(handle.fd)
 
-    def read_raw(self, indices: Sequence[int]) -> list[bytes]:
-        out = []
-        for i in indices:
-            shard = self.handle(int(self.index.shard[i]))
-            position = int(self.index.position[i])
-            offset, stored = int(shard.places.offset[position]), int(shard.places.size[position])
-            size = int(self.index.size[i])
-            if offset < 0:
-                raise self.corrupt(i, "record missing from its shard")
-            if stored != size:
-                raise self.corrupt(i, f"{stored} bytes stored, index says {size}")
-            out.append(self.read_at(i, shard.fd, size, offset))
-        return out
+    def locate(self, i: int) -> tuple[int, int, int]:
+        shard = self.handle(int(self.index.shard[i]))
+        position = int(self.index.position[i])
+        offset, stored = int(shard.places.offset[position]), int(shard.places.size[position])
+        size = int(self.index.size[i])
+        if offset < 0:
+            raise self.corrupt(i, "record missing from its shard")
+        if stored != size:
+            raise self.corrupt(i, f"{stored} bytes stored, index says {size}")
+        return shard.fd, offset, size

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import multiprocessing as mp
 import os
 import pickle
 import random
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -234,6 +237,51 @@ def test_an_lmdb_record_of_another_size_is_named(packed, tmp_path):
     size = int(reader.index.size[victim])
     with pytest.raises(CorruptRecordError, match=rf"record {victim} .*: 5000 bytes stored, index says {size}"):
         reader.read(victim)
+    reader.close()
+
+
+def _resident(fd: int, offset: int, size: int) -> bool:
+    """Whether the page cache holds all of these bytes (mincore on a mapping nothing touches)."""
+    page = mmap.PAGESIZE
+    start = offset // page * page
+    length = offset + size - start
+    pages = (length + page - 1) // page
+    with mmap.mmap(fd, length, access=mmap.ACCESS_COPY, offset=start) as mapped:
+        vec = (ctypes.c_ubyte * pages)()
+        address = ctypes.addressof(ctypes.c_char.from_buffer(mapped))
+        assert _libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(length), vec) == 0
+        return all(v & 1 for v in vec)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def test_will_read_starts_the_reads_of_records_out_of_the_cache(packed, storage, tmp_path):
+    out = copy_dataset(packed(storage)[0], tmp_path / "ds")
+    reader = open_reader(out)
+    records = list(range(len(reader.index.path)))
+    places = [reader.locate(i) for i in records]
+    for info in reader.manifest.shards:
+        fd = os.open(out / info.file, os.O_RDONLY)
+        os.fsync(fd)  # written just now by the copy: dirty pages cannot be dropped
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    assert not any(_resident(*place) for place in places)
+    reader.will_read(records)
+    deadline = time.monotonic() + 10
+    while not all(_resident(*place) for place in places) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(_resident(*place) for place in places)
+    reader.close()
+
+
+def test_will_read_leaves_damaged_records_to_the_read(packed, tmp_path):
+    out = copy_dataset(packed("lmdb")[0], tmp_path / "ds")
+    victim = _rewrite_lmdb_record(out, 1, None)
+    reader = open_reader(out)
+    reader.will_read([0, victim, 1])  # a hint: nothing to report
+    with pytest.raises(CorruptRecordError, match="record missing from its shard"):
+        reader.read_many([0, victim])
     reader.close()
 
 
