@@ -15,7 +15,7 @@ import torch
 from fastload.collate import ImageBatch, new_image_batch
 from fastload.decode import MAX_PIXELS, decode_crop, image_size
 from fastload.errors import CorruptRecordError
-from fastload.sampling import sample_rng
+from fastload.sampling import rewound_rng
 from fastload.transforms import CropPlan, EvalCrop, TrainCrop
 
 
@@ -49,7 +49,7 @@ class ImagePipeline:
         return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
 
     def plan(self, index: int, epoch: int, seed: int, width: int, height: int) -> CropPlan:
-        rng = sample_rng(seed, epoch, index) if self.train else None
+        rng = rewound_rng(seed, epoch, index) if self.train else None
         return self.geometry.sample(width, height, rng)  # type: ignore[arg-type]
 
     def plan_record(self, payload: bytes, key: tuple[int, int, int], width: int, height: int, *,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 _U64 = 2**64
@@ -113,19 +115,45 @@ def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     It does not depend on worker count, batch composition or read order, so a record gets
     the same crop and flip however the epoch is split. Philox is counter based: the seed is
     its key and ``(index, epoch)`` the high words of its counter, so every triple gets its
-    own stream with no hashing (about 8 µs here, against 11 µs for ``default_rng([...])``).
+    own stream with no hashing.
 
     Args:
         seed: Augmentation seed, ``0 <= seed < 2**128``.
         epoch: Epoch number, ``0 <= epoch < 2**64``.
         index: Global record index, ``0 <= index < 2**64``.
     """
+    state = _philox_state(seed, epoch, index)
+    return np.random.Generator(np.random.Philox(counter=state["counter"], key=state["key"]))
+
+
+def rewound_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
+    """:func:`sample_rng`'s stream for ``(seed, epoch, index)``, from this thread's one
+    generator rewound to its start: ~2 µs against ~14 µs for a new generator, which builds a
+    SeedSequence from OS entropy only to be overwritten (decode threads plan every crop with
+    the GIL held). The generator is valid until this thread's next call."""
+    state = _philox_state(seed, epoch, index)
+    generator = getattr(_per_thread, "generator", None)
+    if generator is None:
+        generator = _per_thread.generator = np.random.Generator(np.random.Philox(0))
+    generator.bit_generator.state = {
+        "bit_generator": "Philox", "state": state, "buffer": np.zeros(4, dtype=np.uint64),
+        "buffer_pos": 4, "has_uint32": 0, "uinteger": 0,  # nothing buffered: the next draw is the first
+    }
+    return generator
+
+
+_per_thread = threading.local()
+
+
+def _philox_state(seed: int, epoch: int, index: int) -> dict[str, np.ndarray]:
+    """Philox's key and counter for one record's stream; a bad argument is named."""
     if not 0 <= seed < 2**128:
         raise ValueError(f"seed must be in [0, 2**128), got {seed}")
     if not 0 <= epoch < _U64:
         raise ValueError(f"epoch must be in [0, 2**64), got {epoch}")
     if not 0 <= index < _U64:
         raise ValueError(f"index must be in [0, 2**64), got {index}")
+    seed = int(seed)
     # Draws advance the low counter words, which start at 0 and never reach the high ones.
-    counter = [0, 0, int(index), int(epoch)]
-    return np.random.Generator(np.random.Philox(counter=counter, key=int(seed)))
+    return {"counter": np.array([0, 0, index, epoch], dtype=np.uint64),
+            "key": np.array([seed & (_U64 - 1), seed >> 64], dtype=np.uint64)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastload.sampling import epoch_order, rank_share, resume_order, sample_rng, take_part
+from fastload.sampling import epoch_order, rank_share, resume_order, rewound_rng, sample_rng, take_part
 
 sizes = st.integers(min_value=0, max_value=300)
 world_sizes = st.integers(min_value=1, max_value=9)
@@ -162,8 +163,34 @@ def test_sample_rng_is_the_same_whichever_worker_reads_the_record():
                 assert sample_rng(5, 1, int(i)).random() == one_worker[int(i)]
 
 
+def test_rewound_rng_draws_what_sample_rng_draws_in_any_thread():
+    rng = np.random.default_rng(0)
+    triples = [(int(rng.integers(2**63)) * (2**65 if k % 3 == 0 else 1), int(rng.integers(9)),
+                int(rng.integers(2**63))) for k in range(60)]
+    triples += [(0, 0, 0), (2**128 - 1, 2**64 - 1, 2**64 - 1), (5, 1, np.int64(7))]
+    expected = [sample_rng(*t).random(6).tolist() for t in triples]
+
+    def draw_all(out: list) -> None:
+        for t in triples:
+            generator = rewound_rng(*t)
+            out.append(generator.random(3).tolist() + generator.random(3).tolist())
+
+    outs: list[list] = [[] for _ in range(4)]
+    threads = [threading.Thread(target=draw_all, args=(out,)) for out in outs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outs == [expected] * 4
+    # A half-used draw (an odd number of 32-bit words) does not leak into the next stream.
+    rewound_rng(1, 2, 3).integers(0, 7, dtype=np.uint32)
+    assert rewound_rng(*triples[1]).random(6).tolist() == expected[1]
+
+
+@pytest.mark.parametrize("make", [sample_rng, rewound_rng])
 @pytest.mark.parametrize("args,name", [((-1, 0, 0), "seed"), ((0, -1, 0), "epoch"),
-                                       ((0, 0, -1), "index"), ((0, 0, 2**64), "index")])
-def test_sample_rng_names_the_bad_argument(args, name):
+                                       ((0, 0, -1), "index"), ((0, 0, 2**64), "index"),
+                                       ((2**128, 0, 0), "seed")])
+def test_sample_rng_names_the_bad_argument(make, args, name):
     with pytest.raises(ValueError, match=name):
-        sample_rng(*args)
+        make(*args)

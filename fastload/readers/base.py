@@ -23,6 +23,8 @@ class ShardReader:
         self.root = root
         self.manifest = manifest
         self.index = index
+        # where() runs for every decoded sample (its error context): each shard path built once.
+        self._shard_paths = [str(root / info.file) for info in manifest.shards]
         self._pid = -1
         self._handles: dict[int, Any] = {}
 
@@ -109,8 +111,7 @@ class ShardReader:
 
     def where(self, i: int) -> str:
         """``shard-00001.lmdb record 17 (cat/003.jpg)``: the context every record error carries."""
-        shard = self.manifest.shards[int(self.index.shard[i])].file
-        return f"{self.root / shard} record {i} ({self.index.path[i]})"
+        return f"{self._shard_paths[int(self.index.shard[i])]} record {i} ({self.index.path[i]})"
 
     def corrupt(self, i: int, what: str) -> CorruptRecordError:
         return CorruptRecordError(f"{self.where(i)}: {what}; run `fastload verify {self.root}` "
