@@ -200,6 +200,23 @@ def test_tune_measures_datasets_shorter_than_its_batches():
     assert len(rates) == 2 and all(r > 0 for r in rates)
 
 
+def test_tune_leaves_the_batches_a_loader_holds_ready_out_of_its_measure():
+    """After the warm-up batch a loader may hold workers x prefetch_factor batches made while
+    it warmed up; they come at once and would inflate a deep queue's rate."""
+    from fastload.tuning import _measure
+
+    taken = []
+
+    class Batches:  # an epoch of 20 batches of 4, remembering how many were taken
+        def __iter__(self):
+            for k in range(20):
+                taken.append(k)
+                yield torch.zeros(4), torch.zeros(4, dtype=torch.int64)
+
+    assert _measure(Batches(), batches=3, ahead=8) > 0
+    assert len(taken) == 1 + 8 + 3
+
+
 def test_a_timeout_makes_auto_choose_worker_processes(id_packed):
     # torch times out only worker processes (it refuses timeout > 0 with num_workers=0).
     ds = fastload.PackedDataset(id_packed("lmdb"), image_size=16)

@@ -202,7 +202,7 @@ def test_lmdb_shard_replaced_by_other_bytes_is_refused(packed, tmp_path):
 
 def _rewrite_lmdb_record(dataset, position: int, value: bytes | None) -> int:
     """Replace (or delete, ``value=None``) the record at ``position`` of shard 0 with liblmdb, and
-    let the manifest accept the file's new size; returns that record's global index."""
+    let the manifest accept the file's new size; returns that record's global index (-1: none)."""
     import lmdb
 
     path = dataset / read_manifest(dataset).shards[0].file
@@ -217,7 +217,8 @@ def _rewrite_lmdb_record(dataset, position: int, value: bytes | None) -> int:
     raw["shards"][0]["bytes"] = path.stat().st_size
     save_manifest_json(dataset, raw)
     index = RecordIndex(dataset, read_manifest(dataset))
-    return int(((index.shard == 0) & (index.position == position)).nonzero()[0][0])
+    found = ((index.shard == 0) & (index.position == position)).nonzero()[0]
+    return int(found[0]) if len(found) else -1
 
 
 def test_an_lmdb_record_gone_from_its_shard_is_named(packed, tmp_path):
@@ -238,6 +239,17 @@ def test_an_lmdb_record_of_another_size_is_named(packed, tmp_path):
     with pytest.raises(CorruptRecordError, match=rf"record {victim} .*: 5000 bytes stored, index says {size}"):
         reader.read(victim)
     reader.close()
+
+
+def test_an_lmdb_key_that_is_no_record_position_is_refused_at_open(packed, tmp_path):
+    out = copy_dataset(packed("lmdb")[0], tmp_path / "ds")
+    count = read_manifest(out).shards[0].num_records
+    assert _rewrite_lmdb_record(out, count + 5, b"stray") == -1
+    reader = open_reader(out)
+    with pytest.raises(ManifestError, match=rf"damaged LMDB shard \(page \d+ holds key "
+                                            rf"{lmdb_key(count + 5).hex()}, not the position of one "
+                                            rf"of this shard's {count} records\)"):
+        reader.read(0)
 
 
 def _resident(fd: int, offset: int, size: int) -> bool:
