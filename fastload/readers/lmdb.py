@@ -24,9 +24,10 @@ class LMDBReader(ShardReader):
 
     Each process that reads a shard walks its B-tree once (:mod:`fastload.readers.lmdb_pages`:
     a few dozen pages per 256 MB of photos) and from then on reads a record like the HDF5 reader
-    does: one ``pread``, without the GIL, mapping nothing. A descriptor and a pread are as valid
-    in a forked DataLoader worker as in the parent, so none of LMDB's fork traps apply
-    (``MDB_BAD_RSLOT``, environments that cannot be opened twice in a process).
+    does: one ``pread``, without the GIL, mapping nothing. No liblmdb environment is opened for
+    reading, so none of LMDB's fork and process traps apply (``MDB_BAD_RSLOT`` in forked workers,
+    a file that cannot be opened twice in one process); like every reader, a forked worker opens
+    its own descriptors.
     """
 
     def open_shard(self, shard: int) -> Any:
