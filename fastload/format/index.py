@@ -9,8 +9,12 @@ from pathlib import Path
 import numpy as np
 
 from fastload.errors import ManifestError
+from fastload.format.files import ensure_dir, read_regular
 from fastload.format.layout import COLUMNS, FIELD_PREFIX, INDEX_DIR, file_digest
 from fastload.format.manifest import IndexFile, Manifest, write_atomically
+
+
+_NPY_HEADER_MAX = 65536 + 12  # np.save writes a header of at most 64 KiB after its preamble
 
 
 class StringColumn:
@@ -39,7 +43,7 @@ def encode_strings(values: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
 
 def write_columns(dataset_dir: Path, columns: dict[str, np.ndarray]) -> dict[str, IndexFile]:
     """Write each column to ``index/<name>.npy`` (fsynced) and return manifest entries with digests."""
-    (dataset_dir / INDEX_DIR).mkdir(exist_ok=True)
+    ensure_dir(dataset_dir / INDEX_DIR)
     entries = {}
     for name, array in columns.items():
         buf = io.BytesIO()
@@ -51,11 +55,20 @@ def write_columns(dataset_dir: Path, columns: dict[str, np.ndarray]) -> dict[str
     return entries
 
 
-def load_column(dataset_dir: Path, name: str, entry: IndexFile, expected_len: int | None) -> np.ndarray:
-    """Load one column, checking its digest, dtype and length; damage raises ManifestError."""
+def load_column(dataset_dir: Path, name: str, entry: IndexFile, expected_len: int | None,
+                max_len: int | None = None) -> np.ndarray:
+    """Load one column, checking its digest, dtype and length; damage raises ManifestError.
+
+    The file is read only if it is a regular file no larger than an .npy header plus
+    ``expected_len`` (else ``max_len``) 8-byte items: a FIFO, a device or an oversized file is
+    refused before it is read.
+    """
     path = dataset_dir / entry.file
+    items = expected_len if expected_len is not None else max_len
+    if items is None:
+        raise ValueError("load_column needs expected_len or max_len: every read is bounded")
     try:
-        data = path.read_bytes()
+        data = read_regular(path, _NPY_HEADER_MAX + 8 * items)
     except OSError as exc:
         raise ManifestError(
             f"{path}: index column {name!r} cannot be read ({exc.strerror}); re-pack the dataset"
@@ -87,7 +100,8 @@ def load_strings(dataset_dir: Path, manifest: Manifest, name: str) -> StringColu
     """Load a string column and check its offsets are monotonic and inside the blob."""
     offsets = load_column(dataset_dir, f"{name}.offsets", manifest.index[f"{name}.offsets"],
                           manifest.num_records + 1)
-    blob = load_column(dataset_dir, f"{name}.blob", manifest.index[f"{name}.blob"], None)
+    blob = load_column(dataset_dir, f"{name}.blob", manifest.index[f"{name}.blob"], None,
+                       max_len=max(int(offsets[-1]), 0))
     if offsets[0] != 0 or offsets[-1] != len(blob) or np.any(np.diff(offsets) < 0):
         raise ManifestError(
             f"{dataset_dir / manifest.index[f'{name}.offsets'].file}: offsets are not monotonic "

@@ -9,10 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from fastload.errors import DatasetNotFoundError, ManifestError
+from fastload.format.files import read_regular, write_new
 from fastload.format.layout import (
     COLUMNS, FIELD_DTYPES, FIELD_PREFIX, FORMAT_NAME, FORMAT_VERSION, INDEX_DIR, MANIFEST_NAME,
     SHARD_NAME, SHARD_SUFFIX, STORAGE_KINDS, StorageKind,
 )
+
+
+MAX_MANIFEST_BYTES = 256 * 2**20
+"""A manifest is read only up to this size (a million shards' entries fit in a tenth of it)."""
 
 
 @dataclass(frozen=True)
@@ -167,26 +172,21 @@ def read_manifest(dataset_dir: str | os.PathLike[str]) -> Manifest:
     if not root.is_dir():
         raise ManifestError(f"{root}: is a file, a packed dataset is a directory holding {MANIFEST_NAME}")
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         raise DatasetNotFoundError(
             f"{root}: has no {MANIFEST_NAME}, so it is not a finished dataset (an interrupted pack?); "
             "run the same `fastload pack` command again to finish it"
         ) from None
     except OSError as exc:
-        raise ManifestError(f"{path}: cannot be read ({exc.strerror})") from None
-    if len(raw) > 256 * 2**20:
-        raise ManifestError(f"{path}: {len(raw)} bytes is far too large for a manifest; re-pack the dataset")
+        raise ManifestError(f"{path}: cannot be read ({exc.strerror}); re-pack the dataset") from None
     return parse_manifest(raw.decode("utf-8", errors="replace"), str(path))
 
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temp file, fsync and rename, then fsync the directory."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    write_new(tmp, data)  # a link planted at either name is replaced, never written through
     os.replace(tmp, path)
     fsync_dir(path.parent)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 from fastload.errors import CorruptRecordError, ManifestError
 from fastload.format import Manifest, RecordIndex, record_checksum
+from fastload.format.files import kind_of
 
 
 class ShardReader:
@@ -57,6 +59,9 @@ class ShardReader:
         except OSError as exc:
             raise ManifestError(f"{path}: shard file cannot be opened ({exc.strerror}); the dataset "
                                 "is incomplete, re-pack it with `fastload pack`") from None
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the open, a device read without end
+            raise ManifestError(f"{path}: shard is {kind_of(st.st_mode)}, not a regular file; the dataset "
+                                "is damaged, re-pack it with `fastload pack`")
         expected = self.manifest.shards[shard].bytes
         if st.st_size != expected:
             raise ManifestError(f"{path}: {st.st_size} bytes on disk, the manifest says {expected} "

@@ -7,6 +7,7 @@ from typing import Any
 
 from fastload.errors import ManifestError
 from fastload.format import HDF5_DATA
+from fastload.format.files import open_regular
 from fastload.readers.base import ShardReader
 
 
@@ -22,6 +23,7 @@ class HDF5Reader(ShardReader):
 
         info = self.manifest.shards[shard]
         path = self.root / info.file
+        self.stat_shard(shard)  # a regular file of the size the manifest says, before h5py opens it
         try:
             with h5py.File(path, "r") as f:
                 dset = f[HDF5_DATA]
@@ -34,7 +36,11 @@ class HDF5Reader(ShardReader):
         if not ok or offset != info.data_offset:
             raise ManifestError(f"{path}: the payload dataset is not where the manifest says "
                                 f"(offset {offset}, expected {info.data_offset}); re-pack the dataset")
-        return os.open(path, os.O_RDONLY)
+        try:
+            return open_regular(path)
+        except OSError as exc:
+            raise ManifestError(f"{path}: shard file cannot be opened ({exc.strerror}); re-pack "
+                                "the dataset with `fastload pack`") from None
 
     def close_handle(self, handle: Any) -> None:
         os.close(handle)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastload.errors import ManifestError
+from fastload.format.files import open_regular
 from fastload.readers.base import ShardReader
 from fastload.readers.lmdb_pages import DamagedShard, RecordPlaces, locate_records
 
@@ -35,7 +36,7 @@ class LMDBReader(ShardReader):
         path = self.root / info.file
         self.stat_shard(shard)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = open_regular(path)
         except OSError as exc:
             raise ManifestError(f"{path}: shard file cannot be opened ({exc.strerror}); re-pack "
                                 "the dataset with `fastload pack`") from None
