@@ -19,7 +19,7 @@ from fastload.format import (
 
 
 def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[str, Any]],
-             options: dict[str, Any], exts: tuple[str, ...]) -> PackReport:
+             options: dict[str, Any], exts: tuple[str, ...], plan: str) -> PackReport:
     """Index columns, skipped report, then the manifest, written last."""
     skipped = list(listing.skipped) + [Skip(rel, reason) for r in records for rel, reason in r["skips"]]
     kept_as_is = [Skip(rel, reason) for r in records for rel, reason in r.get("kept_as_is", [])]
@@ -68,7 +68,7 @@ def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[s
                 "restart_markers": ({"kept_as_is": len(kept_as_is)} if options["restart_markers"]
                                     else None),
                 "skipped": len(skipped), "skipped_report": SKIPPED_REPORT_NAME if report_path else None,
-                "ignored": dict(listing.ignored)},
+                "ignored": dict(listing.ignored), "plan": plan},
     )
     write_manifest(out, manifest)
     shutil.rmtree(out / PACK_STATE_DIR, ignore_errors=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import resource
 import shutil
@@ -18,26 +17,32 @@ from typing import Any, Literal
 from converters.checks import InvalidFile, check_image
 from converters.finalize import finalize
 from converters.interrupt import interrupt_between_files
-from converters.plan import Journal, ShardPlan, plan_shards
-from converters.readahead import map_in_order, read_in_order
+from converters.out_dir import (
+    OutFolder, PackLock, inspect_out, prepare_out, remove_dataset, staging_path, swap_in,
+)
+from converters.plan import Journal, JournalWriteError, ShardPlan, plan_digest, plan_shards
+from converters.readahead import PixelBudget, give_back_large_blocks, map_in_order, read_in_order
 from converters.reencode import reencode_jpeg
 from converters.restarts import check_available, with_restart_markers
 from converters.report import PackReport
-from converters.sources import IMAGE_EXTENSIONS, Layout, SourceItem, list_source, normalize_extensions
+from converters.sources import (
+    IMAGE_EXTENSIONS, Layout, SourceItem, SourceListing, list_source, normalize_extensions,
+)
 from converters.writers import WRITERS
 from converters.writers.behind import WriteBehind, WriteFailed
 from fastload.config import MAX_PIXELS, available_cpus, parse_size
 from fastload.errors import PackError, SourceError
-from fastload.format import (
-    FORMAT_VERSION, INDEX_DIR, MANIFEST_NAME, PACK_LOCK_NAME, PACK_STATE_DIR, SKIPPED_REPORT_NAME,
-    StorageKind, record_checksum, shard_name,
-)
+from fastload.format import FORMAT_VERSION, PACK_STATE_DIR, Manifest, StorageKind, record_checksum, shard_name
+from fastload.format.files import create_new, ensure_dir, read_regular, remove_entry
+from fastload.format.layout import SHARD_NAME
 
 OnError = Literal["fail", "skip"]
 # Source bytes read ahead of the writer when files are decoded on a thread pool.
 _READ_AHEAD_BYTES = 64 * 2**20
-_WRITE_PROBE = ".pack.write-test"
-_FINISHED = "{out}: already holds a finished dataset; pass --overwrite to replace it"
+# Decoded pixels in flight on that pool (~400 MB as RGB); a larger image is decoded alone.
+_PIXELS_IN_FLIGHT = 128 * 2**20
+DEFAULT_MAX_FILE_SIZE = "1GB"
+"""Source files larger than this are refused before a byte is read (``--max-file-size``)."""
 
 
 def default_out(src: Path) -> Path:
@@ -56,40 +61,96 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
          extensions: list[str] | None = None, on_error: OnError = "fail", max_side: int | None = None,
          quality: int | None = None, overwrite: bool = False, progress: bool | None = None,
          layout: Layout = "auto", check: Literal["header", "decode"] = "header",
-         max_pixels: int = MAX_PIXELS, restart_markers: bool = False) -> PackReport:
+         max_pixels: int = MAX_PIXELS, restart_markers: bool = False,
+         max_file_size: str | int = DEFAULT_MAX_FILE_SIZE) -> PackReport:
     """Pack a folder or file list into a fastload dataset; see ``fastload pack --help``.
 
-    Returns a PackReport. Raises SourceError / SourceNotFoundError for a bad source or file
-    (with ``on_error="fail"``) and PackError when the output cannot be written.
+    Returns a PackReport (``already_packed`` when OUT holds this exact pack). Raises SourceError /
+    SourceNotFoundError for a bad source or file (with ``on_error="fail"``) and PackError when
+    the output cannot be written. With ``overwrite`` a finished dataset at OUT is replaced only
+    once the new one is complete (see converters.out_dir).
     """
     started = time.perf_counter()
     src_path = Path(os.path.abspath(src))
     out_path = Path(os.path.abspath(out)) if out is not None else default_out(src_path)
+    if out_path.is_symlink():  # the user named a link to their folder: pack where it points
+        out_path = Path(os.path.realpath(out_path))
     options = _check_options(format, shard_size, workers, on_error, max_side, quality, check, max_pixels,
-                             restart_markers)
+                             restart_markers, max_file_size)
     exts = normalize_extensions(extensions)
-    listing = list_source(src_path, layout=layout, extensions=exts, on_error=on_error)
+    listing = list_source(src_path, layout=layout, extensions=exts, on_error=on_error,
+                          max_file_size=options["max_file_size"])
     _check_out_location(src_path, listing.root, out_path)
-    _prepare_out(out_path, overwrite)
-    with _PackLock(out_path):
-        _clear_finished(out_path, overwrite)  # under the lock: never delete what another pack writes
-        # Read threads do not change what is written: a resume with other --workers keeps the shards.
-        content = {k: v for k, v in options.items() if k != "workers"}
-        plans = plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts})
-        writer = _Packer(listing.items, out_path, format, options, progress)
-        shard_records = writer.run(plans)
-        try:
-            report = finalize(out_path, format, listing, shard_records, options, exts)
-        except OSError as exc:  # the finished shards stay: the same command resumes from them
-            raise PackError(_write_error(out_path, "the index and manifest", exc)) from None
-    report.resumed_shards = writer.resumed
+    # Read threads do not change what is written: a resume with other --workers keeps the shards.
+    content = {k: v for k, v in options.items() if k not in ("workers", "max_file_size")}
+    plans = plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts})
+    folder = _check_replaceable(inspect_out(out_path), plans, overwrite)
+    if folder.state == "new":
+        prepare_out(out_path)
+    with PackLock(out_path) as out_lock:
+        folder = _check_replaceable(inspect_out(out_path), plans, overwrite)  # again, under the lock
+        if folder.state == "dataset" and folder.manifest is not None and _same_pack(folder.manifest, plans):
+            return _already_packed(out_path, folder.manifest)
+        if folder.state != "dataset":
+            report = _pack_into(out_path, listing, plans, options, exts, progress)
+        else:
+            staging = staging_path(out_path)
+            staged = inspect_out(staging)
+            if staged.state == "dataset" and staged.manifest is not None:
+                remove_dataset(staging, staged.manifest)  # a replacement killed before its swap
+            prepare_out(staging)
+            with PackLock(staging) as new_lock:
+                report = _pack_into(staging, listing, plans, options, exts, progress)
+                swap_in(staging, out_path)
+                new_lock.path, out_lock.path = out_lock.path, new_lock.path  # each went with its folder
+            remove_dataset(staging, folder.manifest)  # the old dataset, now at the staging name
+    report.out = out_path
     report.elapsed_s = time.perf_counter() - started
+    return report
+
+
+def _check_replaceable(folder: OutFolder, plans: list[ShardPlan], overwrite: bool) -> OutFolder:
+    """A finished dataset at OUT is replaced only with ``overwrite`` and when it holds nothing else."""
+    if folder.state != "dataset" or folder.manifest is None or _same_pack(folder.manifest, plans):
+        return folder
+    if not overwrite:
+        raise PackError(f"{folder.path}: already holds a finished dataset (packed from "
+                        f"{folder.manifest.packed.get('source', '?')}); pass --overwrite to replace it")
+    if folder.foreign:
+        raise PackError(f"{folder.path}: holds files that are not part of its dataset "
+                        f"({', '.join(folder.foreign[:3])}{', ...' if len(folder.foreign) > 3 else ''}); "
+                        "--overwrite replaces only a folder that holds a fastload dataset alone: "
+                        "move them out or choose another -o")
+    return folder
+
+
+def _same_pack(manifest: Manifest, plans: list[ShardPlan]) -> bool:
+    return manifest.packed.get("plan") == plan_digest(plans)
+
+
+def _already_packed(out: Path, manifest: Manifest) -> PackReport:
+    skipped = manifest.packed.get("skipped", 0)
+    return PackReport(out=out, storage=manifest.storage, num_records=manifest.num_records,
+                      total_bytes=manifest.total_bytes, num_shards=len(manifest.shards),
+                      skipped=skipped if isinstance(skipped, int) else 0, already_packed=True)
+
+
+def _pack_into(out: Path, listing: SourceListing, plans: list[ShardPlan], options: dict[str, Any],
+               exts: tuple[str, ...], progress: bool | None) -> PackReport:
+    """Write the shards that are not finished yet, then the index and the manifest, into ``out``."""
+    writer = _Packer(listing.items, out, options["storage"], options, progress)
+    shard_records = writer.run(plans)
+    try:
+        report = finalize(out, options["storage"], listing, shard_records, options, exts, plan_digest(plans))
+    except OSError as exc:  # the finished shards stay: the same command resumes from them
+        raise PackError(_write_error(out, "the index and manifest", exc)) from None
+    report.resumed_shards = writer.resumed
     return report
 
 
 def _check_options(format: str, shard_size: str | int, workers: int | None, on_error: str,
                    max_side: int | None, quality: int | None, check: str, max_pixels: int,
-                   restart_markers: bool) -> dict[str, Any]:
+                   restart_markers: bool, max_file_size: str | int) -> dict[str, Any]:
     if format not in WRITERS:
         raise ValueError(f"format={format!r}: choose one of {', '.join(WRITERS)}")
     if on_error not in ("fail", "skip"):
@@ -110,7 +171,8 @@ def _check_options(format: str, shard_size: str | int, workers: int | None, on_e
     return {"format_version": FORMAT_VERSION, "storage": format,
             "shard_size": parse_size(shard_size, name="shard_size"), "workers": workers or default_workers(),
             "on_error": on_error, "reencode": reencode, "check": check, "max_pixels": max_pixels,
-            "restart_markers": bool(restart_markers)}
+            "restart_markers": bool(restart_markers),
+            "max_file_size": parse_size(max_file_size, name="max_file_size")}
 
 
 def _check_out_location(src: Path, src_root: Path, out: Path) -> None:
@@ -120,65 +182,6 @@ def _check_out_location(src: Path, src_root: Path, out: Path) -> None:
                         "choose an -o outside it (default: SRC.fl next to SRC)")
     if real_out in real_root.parents:
         raise PackError(f"{out}: the source {src} is inside the output folder; choose another -o")
-
-
-def _prepare_out(out: Path, overwrite: bool) -> None:
-    """OUT must be new, empty, an unfinished pack (resumed) or a finished dataset; create it."""
-    if out.exists() and not out.is_dir():
-        raise PackError(f"{out}: exists and is not a folder; choose another -o")
-    if (out / MANIFEST_NAME).exists() and not overwrite:  # again under the lock
-        raise PackError(_FINISHED.format(out=out))
-    if out.exists() and not (out / MANIFEST_NAME).exists():
-        # What an interrupted pack leaves (it may die after the skipped report, before the manifest).
-        ours = (PACK_STATE_DIR, PACK_LOCK_NAME, INDEX_DIR, SKIPPED_REPORT_NAME, SKIPPED_REPORT_NAME + ".tmp",
-                MANIFEST_NAME + ".tmp", _WRITE_PROBE)
-        foreign = [e.name for e in out.iterdir() if e.name not in ours and not e.name.startswith("shard-")]
-        if foreign:
-            raise PackError(f"{out}: exists and holds other files ({foreign[0]}, ...); "
-                            "pack into a new or empty folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / _WRITE_PROBE
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise PackError(f"{out}: cannot write the output folder ({exc.strerror}); choose another -o") from None
-
-
-def _clear_finished(out: Path, overwrite: bool) -> None:
-    """A finished dataset at OUT is replaced only with ``overwrite``."""
-    if not (out / MANIFEST_NAME).exists():
-        return
-    if not overwrite:
-        raise PackError(_FINISHED.format(out=out))
-    os.unlink(out / MANIFEST_NAME)  # first: from here on it is an unfinished pack, never a dataset
-    for entry in out.iterdir():
-        if entry.name in (INDEX_DIR, PACK_STATE_DIR, SKIPPED_REPORT_NAME) or entry.name.startswith("shard-"):
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-
-
-class _PackLock:
-    """An exclusive flock on OUT/.pack.lock: a second pack into the same OUT refuses at once."""
-
-    def __init__(self, out: Path) -> None:
-        self.path = out / PACK_LOCK_NAME
-        self.fd = -1
-
-    def __enter__(self) -> _PackLock:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(self.fd)
-            raise PackError(f"{self.path.parent}: another pack (pid {holder}) is writing here; "
-                            "wait for it to finish or choose another -o") from None
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)  # releases the flock; the file stays (removing it would race)
 
 
 @dataclass
@@ -202,24 +205,36 @@ class _Packer:
         self.items, self.out, self.storage, self.options = items, out, storage, options
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.journal = Journal(out)
+        self.work = out / PACK_STATE_DIR  # private (0700): shards are written here, then renamed
+        self.pixels = PixelBudget(_PIXELS_IN_FLIGHT)
+        self.decodes = bool(options["reencode"] or options["restart_markers"] or options["check"] == "decode")
+        if self.decodes:
+            give_back_large_blocks()
         self.resumed = 0
 
     def run(self, plans: list[ShardPlan]) -> list[dict[str, Any]]:
-        for stale in self.out.glob("*.tmp"):
-            stale.unlink()
+        try:
+            ensure_dir(self.work, 0o700)
+        except OSError as exc:
+            raise PackError(f"{self.work}: cannot hold the pack's working files ({exc.strerror})") from None
+        for stale in [*self.out.glob("*.tmp"), *self.work.glob("*.tmp"), *self.work.glob("*.exact")]:
+            if not stale.is_dir():  # a folder at one of these names is not ours: writing there fails clearly
+                stale.unlink()
         records: list[dict[str, Any] | None] = []
         todo = []
         for plan in plans:
-            done = self.journal.load(plan, self.out / shard_name(self.storage, plan.number))
+            final = self.out / shard_name(self.storage, plan.number)
+            done = self.journal.load(plan, final)
             records.append(done)
             if done is None:
                 self.journal.forget(plan.number)
+                remove_entry(final)  # redone: its old file would need the disk space twice
                 todo.append(plan)
         self.resumed = len(plans) - len(todo)
         names = {shard_name(self.storage, plan.number) for plan in plans}
-        for extra in self.out.glob("shard-*"):  # shards of an older, longer plan or another storage kind
-            if extra.name not in names and extra.is_file():
-                extra.unlink()
+        for extra in self.out.iterdir():  # shards of an older, longer plan or another storage kind
+            if SHARD_NAME.match(extra.name) and extra.name not in names:
+                remove_entry(extra)
         total = sum(max(self.items[i].size, 0) for p in todo for i in range(p.start, p.end))
         indices = [i for plan in todo for i in range(plan.start, plan.end)]
         with interrupt_between_files() as check_interrupt, \
@@ -233,7 +248,9 @@ class _Packer:
                                                              check_interrupt)
                 behind.close(while_waiting=check_interrupt)  # up to 64 MB still to write
             except WriteFailed as failed:
-                raise PackError(_write_error(self.out, failed.shard, failed.cause)) from None
+                what = (f"the resume journal entry for {failed.shard} in {PACK_STATE_DIR}/"
+                        if isinstance(failed.cause, JournalWriteError) else failed.shard)
+                raise PackError(_write_error(self.out, what, failed.cause)) from None
             except KeyboardInterrupt:
                 behind.cancel(finish_queued=False)  # Ctrl-C: stop now, not after 64 MB of writes
                 raise
@@ -245,11 +262,12 @@ class _Packer:
     def _loaded(self, pool: ThreadPoolExecutor, indices: list[int]) -> Iterator[_Loaded]:
         """Every item read and examined, in order (see converters.readahead for the two ways)."""
         workers = self.options["workers"]
-        if self.options["reencode"] or self.options["restart_markers"] or self.options["check"] == "decode":
+        if self.decodes:
             yield from map_in_order(pool, self._load, indices, lambda i: max(self.items[i].size, 0),
                                     max_items=workers * 8, max_weight=_READ_AHEAD_BYTES)
             return
-        contents = read_in_order([self.items[i].path for i in indices], depth=workers * 8)
+        contents = read_in_order([self.items[i].path for i in indices], depth=workers * 8,
+                                 limit=self.options["max_file_size"])
         try:
             for index, data in zip(indices, contents):
                 yield self._examine(index, data)
@@ -258,8 +276,7 @@ class _Packer:
 
     def _load(self, index: int) -> _Loaded:
         try:
-            with open(self.items[index].path, "rb") as f:
-                data: bytes | OSError = f.read()
+            data: bytes | OSError = read_regular(self.items[index].path, self.options["max_file_size"])
         except OSError as exc:
             data = exc
         return self._examine(index, data)
@@ -271,24 +288,27 @@ class _Packer:
             return _Loaded(index, None, reason=f"unreadable file ({data.strerror or data})")
         if not self.items[index].rel.lower().endswith(IMAGE_EXTENSIONS):
             return _Loaded(index, data, checksum=record_checksum(data))
+        kept_as_is = None
         try:
-            header = check_image(data, decode=self.options["check"] == "decode",
-                                 max_pixels=self.options["max_pixels"])
+            header = check_image(data, max_pixels=self.options["max_pixels"])
             width, height = header.width, header.height
-            if self.options["reencode"]:
-                data, width, height = reencode_jpeg(data, **self.options["reencode"])
+            if self.decodes:
+                with self.pixels.hold(width * height):  # what decoding this image will allocate
+                    if self.options["check"] == "decode":
+                        check_image(data, decode=True, max_pixels=self.options["max_pixels"])
+                    if self.options["reencode"]:
+                        data, width, height = reencode_jpeg(data, **self.options["reencode"])
+                    if self.options["restart_markers"]:
+                        data, kept_as_is = with_restart_markers(data)
         except InvalidFile as exc:
             return _Loaded(index, None, reason=exc.reason)
-        kept_as_is = None
-        if self.options["restart_markers"]:
-            data, kept_as_is = with_restart_markers(data)
         return _Loaded(index, data, width, height, checksum=record_checksum(data), kept_as_is=kept_as_is)
 
     def _write_shard(self, plan: ShardPlan, loaded: Iterator[_Loaded], behind: WriteBehind,
                      bar: Any, check_interrupt: Callable[[], None]) -> dict[str, Any]:
         """Hand one shard's payloads to the writer thread; the record is complete once it is done."""
         name = shard_name(self.storage, plan.number)
-        final, tmp = self.out / name, self.out / (name + ".tmp")
+        final, tmp = self.out / name, self.work / (name + ".tmp")
         planned = sum(max(self.items[i].size, 0) for i in range(plan.start, plan.end))
         record: dict[str, Any] = {"digest": plan.digest, "file": name, "items": [], "sizes": [],
                                   "offsets": [], "checksums": [], "widths": [], "heights": [], "skips": [],
@@ -296,11 +316,14 @@ class _Packer:
 
         def done(file_bytes: int, data_offset: int) -> None:
             record["bytes"], record["data_offset"] = file_bytes, data_offset
-            os.replace(tmp, final)
+            os.replace(tmp, final)  # a link planted at the final name is replaced, not followed
             self.journal.save(plan.number, record)  # after the rename: a journal entry means done
 
-        behind.start_shard(name, lambda: WRITERS[self.storage](tmp, planned), done,
-                           lambda: tmp.unlink(missing_ok=True))
+        def make() -> Any:
+            os.close(create_new(tmp))  # the writer's library opens it by name: a new regular file
+            return WRITERS[self.storage](tmp, planned)
+
+        behind.start_shard(name, make, done, lambda: tmp.unlink(missing_ok=True))
         offset = 0  # writers store payloads back to back: offsets are known before they are written
         for _ in range(plan.start, plan.end):
             check_interrupt()  # Ctrl-C lands here (or in close) while the threads run

@@ -12,6 +12,10 @@ import xxhash
 
 from converters.sources import SourceItem
 from fastload.format import PACK_STATE_DIR, write_atomically
+from fastload.format.files import ensure_dir, read_regular
+
+# A journal entry lists a shard's records; millions of tiny records stay far below this.
+_MAX_ENTRY_BYTES = 2**30
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,15 @@ def plan_shards(items: list[SourceItem], shard_size: int, options: dict[str, Any
     return plans
 
 
+def plan_digest(plans: list[ShardPlan]) -> str:
+    """One digest of a whole plan: equal for a re-run over the same files with the same options."""
+    return xxhash.xxh3_128_hexdigest("\n".join(p.digest for p in plans).encode())
+
+
+class JournalWriteError(OSError):
+    """A shard was written but its journal entry was not (the disk filled, say)."""
+
+
 class Journal:
     """``OUT/.pack/``: one JSON file per finished shard, written after the shard is durable."""
 
@@ -63,7 +76,7 @@ class Journal:
     def load(self, plan: ShardPlan, shard_file: Path) -> dict[str, Any] | None:
         """The finished record of ``plan`` if it is still valid, else None (the shard is redone)."""
         try:
-            done = json.loads(self.path(plan.number).read_text())
+            done = json.loads(read_regular(self.path(plan.number), _MAX_ENTRY_BYTES, follow_links=False))
             if done["digest"] == plan.digest and shard_file.stat().st_size == done["bytes"]:
                 return done
         except (OSError, ValueError, KeyError, TypeError):
@@ -71,8 +84,11 @@ class Journal:
         return None
 
     def save(self, number: int, record: dict[str, Any]) -> None:
-        self.dir.mkdir(exist_ok=True)
-        write_atomically(self.path(number), json.dumps(record).encode())
+        try:
+            ensure_dir(self.dir, 0o700)
+            write_atomically(self.path(number), json.dumps(record).encode())
+        except OSError as exc:
+            raise JournalWriteError(exc.errno, exc.strerror or str(exc)) from None
 
     def forget(self, number: int) -> None:
         try:

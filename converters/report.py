@@ -28,17 +28,22 @@ class PackReport:
     elapsed_s: float = 0.0
     kept_as_is: list[Skip] = field(default_factory=list)
     """JPEGs that ``restart_markers=True`` could not rewrite, packed byte for byte, with why."""
+    already_packed: bool = False
+    """OUT already held this exact pack (same files, sizes, times and options): nothing was written."""
 
     @property
     def mb_per_s(self) -> float:
         return self.total_bytes / 1e6 / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
     def summary(self) -> str:
+        if self.already_packed:
+            return (f"already packed: {self.out} holds this exact pack ({self.num_records} records, "
+                    f"{_count(self.num_shards, 'shard')}, {self.skipped} skipped); nothing to do")
         parts = [f"packed {self.num_records} records ({format_size(self.total_bytes)}) into "
                  f"{self.num_shards} {self.storage} shard{'s' if self.num_shards != 1 else ''} at {self.out}",
                  f"skipped {self.skipped}", f"{self.elapsed_s:.1f}s", f"{self.mb_per_s:.0f} MB/s"]
         if self.resumed_shards:
-            parts.append(f"resumed: kept {self.resumed_shards} finished shards")
+            parts.append(f"resumed: kept {_count(self.resumed_shards, 'finished shard')}")
         if self.skipped_report:
             parts.append(f"skipped files listed in {self.skipped_report}")
         if self.kept_as_is:
@@ -49,6 +54,10 @@ class PackReport:
             kinds = ", ".join(f"{k} x{v}" for k, v in sorted(self.ignored.items()))
             parts.append(f"ignored {sum(self.ignored.values())} files not selected by extension ({kinds})")
         return "; ".join(parts)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def write_skipped_report(out: Path, skipped: list[Skip]) -> Path | None:

@@ -57,7 +57,7 @@ def normalize_extensions(extensions: list[str] | tuple[str, ...] | None) -> tupl
 
 
 def list_source(src: Path, *, layout: Layout = "auto", extensions: tuple[str, ...] = IMAGE_EXTENSIONS,
-                on_error: str = "fail") -> SourceListing:
+                on_error: str = "fail", max_file_size: int | None = None) -> SourceListing:
     """List SRC in record order; see the README's "Record order" for the exact rules."""
     if not src.exists() and not src.is_symlink():
         raise SourceNotFoundError(f"{src}: no such folder or file list; check the path")

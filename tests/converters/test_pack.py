@@ -333,4 +333,4 @@ def test_report_and_summary(tmp_path, imagefolder):
     assert text.startswith(f"packed {len(files)} records") and "1 hdf5 shard at" in text
     assert "skipped 0" in text and "skipped.jsonl" not in text
     assert not (tmp_path / "out" / "skipped.jsonl").exists()
-    assert sorted(os.listdir(tmp_path / "out")) == [".pack.lock", "index", "manifest.json", "shard-00000.h5"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["index", "manifest.json", "shard-00000.h5"]  # no lock file left

@@ -13,6 +13,7 @@ import pytest
 
 from converters import pack
 from fastload import PackedDataset
+from fastload.errors import PackError
 from fastload.format import shard_name
 from fastload.verifier import verify
 from tests.conftest import fastload_command, many_small_jpegs, run_fastload
@@ -186,3 +187,20 @@ def test_a_folder_without_a_manifest_is_an_unfinished_pack(tmp_path):
         PackedDataset(out)
     result = run_fastload("verify", out)
     assert result.returncode == 2 and "not a finished dataset" in result.stderr
+
+
+def test_a_journal_entry_that_cannot_be_written_is_blamed_not_its_shard(tmp_path):
+    """The shard was written; recording it failed: the error names the journal, and the same
+    command then finishes the pack (the unrecorded shard is removed and redone)."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    files = many_small_jpegs(src, 30, classes=2)
+    (out / ".pack" / "shard-00001.json.tmp").mkdir(parents=True)  # the journal write fails here
+    with pytest.raises(PackError) as err:
+        pack(src, out, shard_size="10KB", progress=False)
+    assert str(err.value).startswith(f"{out}: cannot write the resume journal entry for shard-00001.lmdb "
+                                     "in .pack/ ("), str(err.value)
+    assert (out / "shard-00001.lmdb").exists() and not (out / ".pack" / "shard-00001.json").exists()
+    os.rmdir(out / ".pack" / "shard-00001.json.tmp")
+    report = pack(src, out, shard_size="10KB", progress=False)
+    assert report.resumed_shards >= 1
+    assert_complete(out, files)

@@ -1,0 +1,224 @@
+"""The output folder: what a pack may find, create and delete in OUT, and how a finished dataset is
+replaced (built beside it, swapped in when complete).
+
+The rules, each in one place here:
+- OUT may be new, empty, an unfinished pack (only fastload's working files) or a finished
+  dataset (a ``manifest.json`` that parses as a fastload manifest); anything else is refused.
+- Only files a fastload manifest lists, and fastload's own working files, are ever deleted; a
+  dataset folder that also holds other files is never replaced.
+- A replacement is packed into a sibling folder and swapped with OUT (``renameat2`` exchange)
+  only once it is complete: until then OUT is the old, readable dataset.
+- Nothing in OUT is written through a link (``fastload.format.files``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import stat
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from fastload.errors import DatasetNotFoundError, ManifestError, PackError
+from fastload.format import (
+    INDEX_DIR, MANIFEST_NAME, PACK_LOCK_NAME, PACK_STATE_DIR, SKIPPED_REPORT_NAME, Manifest, fsync_dir,
+    read_manifest,
+)
+from fastload.format.files import create_new, ensure_dir, remove_entry
+from fastload.format.layout import SHARD_NAME
+
+WRITE_PROBE = ".pack.write-test"
+# Names an unfinished pack may leave at OUT's top level (shards are matched by SHARD_NAME).
+_WORK_NAMES = frozenset({PACK_STATE_DIR, PACK_LOCK_NAME, WRITE_PROBE, INDEX_DIR, SKIPPED_REPORT_NAME,
+                         SKIPPED_REPORT_NAME + ".tmp", MANIFEST_NAME + ".tmp"})
+
+
+@dataclass
+class OutFolder:
+    """What OUT holds now."""
+
+    path: Path
+    state: Literal["new", "unfinished", "dataset"]
+    manifest: Manifest | None = None
+    foreign: list[str] = field(default_factory=list)  # beside a dataset: entries it does not list
+
+
+def staging_path(out: Path) -> Path:
+    """Where a replacement for the dataset at ``out`` is packed: a hidden sibling folder."""
+    return out.with_name(f".{out.name}.fastload-new")
+
+
+def inspect_out(out: Path) -> OutFolder:
+    """Classify OUT; a folder that is neither a fastload dataset nor a pack's leftovers is refused."""
+    try:
+        st = os.lstat(out)
+    except (FileNotFoundError, NotADirectoryError):  # under a file: prepare_out says it cannot write
+        return OutFolder(out, "new")
+    if not stat.S_ISDIR(st.st_mode):
+        raise PackError(f"{out}: exists and is not a folder; choose another -o")
+    names = sorted(os.listdir(out))
+    for name in sorted(_WORK_NAMES.intersection(names)):
+        if os.path.islink(out / name):
+            raise PackError(f"{out / name}: is a symbolic link where fastload keeps its own files; "
+                            "fastload never writes through links: remove it")
+    if MANIFEST_NAME not in names:
+        foreign = [n for n in names if not _unfinished_entry(out, n)]
+        if foreign:
+            raise PackError(f"{out}: exists and holds other files ({foreign[0]}, ...); "
+                            "pack into a new or empty folder")
+        return OutFolder(out, "unfinished" if names else "new")
+    try:
+        manifest = read_manifest(out)
+    except (ManifestError, DatasetNotFoundError) as exc:
+        raise PackError(f"{out}: holds a {MANIFEST_NAME} that is not a readable fastload manifest ({exc}); "
+                        "fastload replaces only its own datasets: pack into a new or empty folder") from None
+    listed = dataset_entries(manifest)
+    foreign = [n for n in names if n not in listed and n not in _WORK_NAMES]
+    foreign += [f"{INDEX_DIR}/{n}" for n in _listdir(out / INDEX_DIR) if f"{INDEX_DIR}/{n}" not in listed]
+    return OutFolder(out, "dataset", manifest, foreign)
+
+
+def dataset_entries(manifest: Manifest) -> set[str]:
+    """Every path (relative to the dataset folder) that ``manifest`` makes part of the dataset."""
+    return ({MANIFEST_NAME, INDEX_DIR, SKIPPED_REPORT_NAME} | {s.file for s in manifest.shards}
+            | {entry.file for entry in manifest.index.values()})
+
+
+def _unfinished_entry(out: Path, name: str) -> bool:
+    """Whether ``name`` in OUT is something an interrupted pack leaves."""
+    shard = name.removesuffix(".tmp").removesuffix(".exact")
+    if SHARD_NAME.match(shard):
+        return True
+    if name == INDEX_DIR:
+        return all(n.endswith((".npy", ".npy.tmp")) for n in _listdir(out / INDEX_DIR))
+    return name in _WORK_NAMES
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return os.listdir(path) if stat.S_ISDIR(os.lstat(path).st_mode) else []
+    except FileNotFoundError:
+        return []
+
+
+def prepare_out(out: Path) -> None:
+    """Create OUT (and its parents) and check that files can be created in it."""
+    try:
+        try:
+            ensure_dir(out)
+        except FileNotFoundError:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            ensure_dir(out)
+        os.close(create_new(out / WRITE_PROBE))
+        os.unlink(out / WRITE_PROBE)
+    except OSError as exc:
+        raise PackError(f"{out}: cannot write the output folder ({exc.strerror}); choose another -o") from None
+
+
+def remove_dataset(folder: Path, manifest: Manifest) -> None:
+    """Delete what ``manifest`` lists in ``folder`` and fastload's working files, manifest first
+    (from then on the folder is no dataset); the folder itself goes if nothing else is left."""
+    remove_entry(folder / MANIFEST_NAME)
+    for rel in sorted(dataset_entries(manifest) - {MANIFEST_NAME, INDEX_DIR}):
+        remove_entry(folder / rel)
+    for name in (SKIPPED_REPORT_NAME + ".tmp", MANIFEST_NAME + ".tmp", WRITE_PROBE, PACK_LOCK_NAME):
+        remove_entry(folder / name)
+    for sub in (PACK_STATE_DIR, INDEX_DIR):
+        _remove_work_dir(folder / sub)
+    try:
+        os.rmdir(folder)
+    except OSError:
+        warnings.warn(f"{folder}: left in place, it holds files that are not part of the old dataset",
+                      stacklevel=2)
+
+
+def _remove_work_dir(path: Path) -> None:
+    """Remove a fastload-made folder: its plain files (journal entries, temp files), then itself."""
+    for name in _listdir(path):
+        if not stat.S_ISDIR(os.lstat(path / name).st_mode):
+            os.unlink(path / name)
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        pass  # something else lives there: left for remove_dataset's warning
+
+
+def swap_in(staging: Path, out: Path) -> None:
+    """Make the finished dataset at ``staging`` the one at ``out``; ``staging`` then holds the old.
+
+    One atomic exchange where the file system has it: a reader opening OUT sees either the old
+    dataset or the new one, never a half. Elsewhere two renames, with OUT briefly missing.
+    """
+    if not _exchange(staging, out):
+        parked = out.with_name(f".{out.name}.fastload-old")
+        os.rename(out, parked)
+        os.rename(staging, out)
+        os.rename(parked, staging)
+    fsync_dir(out.parent)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False  # no exchange on this kernel or file system
+    raise OSError(code, os.strerror(code), str(b))
+
+
+class PackLock:
+    """An exclusive flock on ``DIR/.pack.lock``: a second pack into the same folder refuses at once.
+
+    The file is removed when the pack ends (a finished dataset keeps no lock file). Removing a
+    lock file races with a pack that opened it just before: so after locking, the descriptor
+    must still be the file at that name, or the lock is taken again.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / PACK_LOCK_NAME
+        self.fd = -1
+
+    def __enter__(self) -> PackLock:
+        while True:
+            try:
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                raise PackError(f"{self.path}: cannot be used as the pack's lock ({exc.strerror}); "
+                                "fastload never writes through links: remove it") from None
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "?"
+                os.close(self.fd)
+                raise PackError(f"{self.path.parent}: another pack (pid {holder}) is writing here; "
+                                "wait for it to finish or choose another -o") from None
+            if self._still_ours():
+                break
+            os.close(self.fd)  # removed by the pack that held it: lock the new one
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+        return self
+
+    def _still_ours(self) -> bool:
+        try:
+            here = os.lstat(self.path)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(self.fd)
+        return stat.S_ISREG(mine.st_mode) and (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._still_ours():
+            os.unlink(self.path)  # while still holding it: a waiting pack then finds it gone
+        os.close(self.fd)

@@ -1,0 +1,34 @@
+"""Decode-mode packing bounds decoded pixels in flight, not source bytes: small PNGs of many
+pixels (a few hundred KB each, ~150 MB each once decoded) cannot all be decoded at once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from PIL import Image
+
+from tests.conftest import REPO
+
+_CHILD = """
+import resource, sys
+from converters import pack
+report = pack(sys.argv[1], sys.argv[2], workers=8, check="decode", progress=False)
+print(report.num_records, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+def test_decode_mode_pack_keeps_decoded_pixels_in_flight_bounded(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    Image.new("RGB", (8000, 6000), (200, 40, 90)).save(src / "000.png")  # 48 Mpx, ~150 KB
+    data = (src / "000.png").read_bytes()
+    for i in range(1, 8):
+        (src / f"{i:03d}.png").write_bytes(data)
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(src), str(tmp_path / "out")], cwd=REPO,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    records, peak_mb = map(int, done.stdout.split())
+    assert records == 8
+    # 8 threads decoding at once would hold 8 x 144 MB; the budget (~134 Mpx) allows two at a time.
+    assert peak_mb < 700, f"peak RSS {peak_mb} MB"
