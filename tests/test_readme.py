@@ -1,4 +1,5 @@
-"""The README's Guarantees name the tests that check them: every one it names exists.
+"""The README stays a short front page whose links lead somewhere, and the Guarantees page
+(docs/guarantees.md) names the tests that check each promise: every one it names exists.
 
 (A renamed test once left a guarantee pointing at nothing.)
 """
@@ -10,15 +11,12 @@ import re
 
 from tests.conftest import REPO
 
+GUARANTEES = REPO / "docs" / "guarantees.md"
+
 # `reliability/test_skip.py::test_name` or `loader/test_errors.py`, paths under tests/
 _NAMED = re.compile(r"`((?:[a-z_]+/)*test_[a-z0-9_]+\.py)(?:::([A-Za-z0-9_]+))?")
-
-
-def _guarantees() -> str:
-    text = (REPO / "README.md").read_text()
-    start = text.index("\n## Guarantees")
-    end = text.find("\n## ", start + 1)
-    return text[start:end if end >= 0 else None]
+# [text](target) with a relative target: a file in this repository, maybe with an #anchor
+_LINK = re.compile(r"\]\((?!https?://|mailto:|#)([^)\s#]+)(?:#[^)\s]*)?\)")
 
 
 def _defined_names(path) -> set[str]:
@@ -28,8 +26,8 @@ def _defined_names(path) -> set[str]:
 
 
 def test_every_test_the_guarantees_name_exists():
-    named = _NAMED.findall(_guarantees())
-    assert len(named) >= 10  # the pattern still matches how the section writes them
+    named = _NAMED.findall(GUARANTEES.read_text())
+    assert len(named) >= 10  # the pattern still matches how the page writes them
     missing = []
     for rel, name in named:
         path = REPO / "tests" / rel
@@ -37,4 +35,17 @@ def test_every_test_the_guarantees_name_exists():
             missing.append(rel)
         elif name and name not in _defined_names(path):
             missing.append(f"{rel}::{name}")
-    assert not missing, f"README Guarantees name tests that do not exist: {missing}"
+    assert not missing, f"docs/guarantees.md names tests that do not exist: {missing}"
+
+
+def test_the_readme_keeps_the_set_up_commands_and_its_links_lead_to_files():
+    text = (REPO / "README.md").read_text()
+    for command in ("make demo", "make test"):
+        assert command in text
+        target = command.split()[1]
+        assert re.search(rf"^{target}:", (REPO / "Makefile").read_text(), re.MULTILINE), \
+            f"README names `{command}`; the Makefile has no {target} target"
+    links = _LINK.findall(text)
+    assert any(link.startswith("docs/") for link in links)
+    broken = [link for link in links if not (REPO / link).exists()]
+    assert not broken, f"README links to files that do not exist: {broken}"

@@ -43,7 +43,7 @@ class IndexFile:
 
 @dataclass(frozen=True)
 class Manifest:
-    """Parsed ``manifest.json``; see the README's "On-disk format" section for every field."""
+    """Parsed ``manifest.json``; see docs/format.md for every field."""
 
     storage: StorageKind
     num_records: int
