@@ -6,7 +6,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import torch
@@ -22,9 +22,10 @@ from fastload.transfer import Normalizer, resolve_device, to_device
 from fastload.tuning import LoaderSettings, batch_size_of, resolve_settings, uses_builtin_pipeline
 
 Auto = Literal["auto"]
+T_co = TypeVar("T_co", covariant=True)
 
 
-class DataLoader(torch.utils.data.DataLoader):
+class DataLoader(torch.utils.data.DataLoader[T_co]):
     """A drop-in ``torch.utils.data.DataLoader``.
 
     Every torch argument keeps its name, position and meaning; with explicit torch arguments and
@@ -38,7 +39,9 @@ class DataLoader(torch.utils.data.DataLoader):
       ``state_dict()`` / ``load_state_dict()``. Each new iteration is the next epoch unless
       ``set_epoch`` chose one. An explicit ``sampler`` or ``batch_sampler`` is always respected.
 
-    Args (beyond torch's):
+    The arguments torch does not have (torch's keep their meaning):
+
+    Args:
         device: deliver batches on this device (``"cuda"``: pinned, non-blocking copies on a side
             stream, one batch ahead). Without CUDA, batches stay on the CPU (said once).
         mean, std: normalise uint8 image batches to float32 ``(x/255 - mean) / std`` on ``device``.

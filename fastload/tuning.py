@@ -1,22 +1,25 @@
-"""Loader settings: "auto" num_workers / prefetch_factor / pin_memory resolved once, with reasons."""
+"""Loader settings: "auto" num_workers / prefetch_factor / pin_memory resolved once, with reasons.
+
+What "auto" resolves to is a pure function of facts that do not change between two runs of a
+script on one machine: the dataset's type, the cores this process may use, the arguments given,
+CUDA, and ``FASTLOAD_NUM_WORKERS``. It never calls the dataset (a Dataset that opens its file
+lazily in ``__getitem__`` would open it in the parent, before the fork) and never times anything;
+``tune`` measures, when asked.
+"""
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-from fastload.config import available_cpus
+from fastload.config import available_cpus, env_int
 
 Mode = Literal["main", "threads", "processes"]
-# Below this per-sample cost, worker processes cost more in pickling and IPC than they save.
-CHEAP_SAMPLE_S = 100e-6
 
 
 @dataclass(frozen=True)
@@ -45,46 +48,16 @@ def uses_builtin_pipeline(dataset: Dataset) -> bool:
     return isinstance(dataset, PackedDataset) and dataset.pipeline is not None
 
 
-def sample_cost(dataset: Dataset, batch_size: int, budget_s: float = 0.2) -> float | None:
-    """Seconds per sample for a few samples read in this process (None: cannot be measured)."""
-    try:
-        n = len(dataset)  # type: ignore[arg-type]
-    except TypeError:
-        return None
-    if n == 0:
-        return None
-    count, started = 0, time.perf_counter()
-    try:
-        if uses_builtin_pipeline(dataset):
-            # One decode thread, a handful of records spread over the dataset.
-            from fastload.epoch_sampler import SampleKey
-
-            decoder = dataset.decode_threads
-            dataset.decode_threads, dataset._decoder = 1, None
-            try:
-                keys = [SampleKey(int(i * n // 8), 0, 0) for i in range(min(8, n))]
-                dataset.__getitems__(keys)
-                count = len(keys)
-            finally:
-                dataset.decode_threads, dataset._decoder = decoder, None
-        else:
-            # The probe's random draws (augmentations) must not shift what the loop will see.
-            states = random.getstate(), np.random.get_state()
-            try:
-                with torch.random.fork_rng(devices=[]):
-                    dataset[0]  # warm-up: first-call costs (imports, file opens) are not per sample
-                    started = time.perf_counter()
-                    for i in range(min(n, batch_size, 16)):
-                        dataset[i]
-                        count += 1
-                        if time.perf_counter() - started > budget_s:
-                            break
-            finally:
-                random.setstate(states[0])
-                np.random.set_state(states[1])
-    except Exception:
-        return None  # the loader will raise it, with torch's own message, when it reads the sample
-    return (time.perf_counter() - started) / max(count, 1)
+def _in_memory(dataset: Dataset) -> bool:
+    """Datasets whose samples are tensors already in memory (a Subset or concatenation of them too)."""
+    data = torch.utils.data
+    if isinstance(dataset, data.TensorDataset):
+        return True
+    if isinstance(dataset, data.Subset):
+        return _in_memory(dataset.dataset)
+    if isinstance(dataset, data.ConcatDataset):
+        return all(_in_memory(d) for d in dataset.datasets)
+    return False
 
 
 def resolve_settings(dataset: Dataset, *, batch_size: int | None, num_workers: int | str,
@@ -95,12 +68,14 @@ def resolve_settings(dataset: Dataset, *, batch_size: int | None, num_workers: i
     cores = available_cpus()
     cuda = torch.cuda.is_available()
     mode: Mode
+    override = env_int("FASTLOAD_NUM_WORKERS")
     if num_workers != "auto":
-        if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
-            raise ValueError(f"num_workers={num_workers!r}: must be a non-negative integer or 'auto'")
-        workers = num_workers
-        mode = "processes" if workers else "main"
+        workers = num_workers  # type: ignore[assignment]  (torch validates it, with its own messages)
+        mode = "processes" if isinstance(workers, int) and workers > 0 else "main"
         reasons["num_workers"] = "given"
+    elif override is not None:
+        workers, mode = max(override, 0), "processes" if override > 0 else "main"
+        reasons["num_workers"] = f"{workers}: FASTLOAD_NUM_WORKERS={override} in the environment"
     elif isinstance(dataset, IterableDataset):
         if timeout > 0:
             raise ValueError(f"timeout={timeout} needs worker processes, and num_workers='auto' keeps an "
@@ -118,15 +93,15 @@ def resolve_settings(dataset: Dataset, *, batch_size: int | None, num_workers: i
         reasons["num_workers"] = (f"0 worker processes: {cores} cores decode each batch in threads "
                                   "(Pillow releases the GIL), with no pickling or shared-memory copies, "
                                   "in a background thread that stays ahead of the loop")
+    elif _in_memory(dataset):
+        workers, mode = 0, "main"
+        reasons["num_workers"] = ("0: the samples are tensors in memory; a worker's pickling and "
+                                  "IPC would cost more than indexing them")
     else:
-        cost = sample_cost(dataset, batch_size or 1)
-        if cost is not None and cost < CHEAP_SAMPLE_S:
-            workers, mode = 0, "main"
-            reasons["num_workers"] = f"0: a sample costs {cost * 1e6:.0f} us, less than a worker's IPC"
-        else:
-            workers, mode = min(cores, 8), "processes"
-            measured = f"a sample costs {cost * 1e3:.2f} ms" if cost is not None else "cost not measurable"
-            reasons["num_workers"] = f"{workers}: one per available core ({cores}); {measured}"
+        workers, mode = min(cores, 8), "processes"
+        reasons["num_workers"] = (f"{workers}: one per available core ({cores}), for a Dataset whose "
+                                  "__getitem__ reads or decodes; chosen from these facts alone, never by "
+                                  "calling the dataset here (fastload.tune measures, when asked)")
     if prefetch_factor == "auto":
         prefetch = 2 if workers else None
         reasons["prefetch_factor"] = ("2 batches per worker (enough to hide per-batch jitter)"
