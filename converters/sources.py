@@ -1,20 +1,36 @@
-"""Source listing: an ImageFolder tree, a flat folder or a CSV/JSONL list → sorted items to pack."""
+"""Source listing: an ImageFolder tree, a flat folder or a CSV/JSONL list → sorted items to pack.
+
+Only what can be packed is listed: a regular file (not a FIFO or a device, which would block or read
+without end) within ``max_file_size``, under a UTF-8 name (the index stores names as UTF-8). Anything
+else is a bad entry: an error under ``on_error="fail"``, a reported skip under ``"skip"``.
+
+Symlinks are followed, and each real folder is listed once: a class folder under its own name and
+label, any other folder the first time the sorted walk reaches it. A later link to a folder already
+listed (or to a class folder) is reported as a skip naming the first path, never an error: its files
+are packed, once. A link to a folder that contains it is a symlink loop, a bad entry.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
+import stat
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from fastload.errors import SourceError, SourceNotFoundError
+from fastload.format.files import kind_of
 
 Layout = Literal["auto", "imagefolder", "flat", "list"]
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 LIST_SUFFIXES = (".csv", ".jsonl")
+_INT64 = (-(2**63), 2**63 - 1)
+_LOOP = "symlink loop (a link to a folder that contains it)"
+_FolderKey = tuple[int, int]  # (st_dev, st_ino): one real folder, however it is reached
 
 
 @dataclass(frozen=True)
@@ -46,7 +62,7 @@ class SourceListing:
     classes: list[str] | None
     fields: dict[str, str] = field(default_factory=dict)  # extra field → dtype
     field_values: dict[str, list[Any]] = field(default_factory=dict)  # extra field → one value per item
-    skipped: list[Skip] = field(default_factory=list)  # unreadable entries found while listing
+    skipped: list[Skip] = field(default_factory=list)  # bad entries, and links to folders listed already
     ignored: Counter[str] = field(default_factory=Counter)  # extension → count, not selected
 
 
@@ -58,14 +74,20 @@ def normalize_extensions(extensions: list[str] | tuple[str, ...] | None) -> tupl
 
 def list_source(src: Path, *, layout: Layout = "auto", extensions: tuple[str, ...] = IMAGE_EXTENSIONS,
                 on_error: str = "fail", max_file_size: int | None = None) -> SourceListing:
-    """List SRC in record order; see the README's "Record order" for the exact rules."""
+    """List SRC in record order; see docs/cli.md ("Sources and record order") for the exact rules.
+
+    ``max_file_size`` (bytes, None for no limit): a larger file is a bad entry, never read.
+    """
     if not src.exists() and not src.is_symlink():
         raise SourceNotFoundError(f"{src}: no such folder or file list; check the path")
     if src.is_file():
+        if src.suffix.lower() in IMAGE_EXTENSIONS + extensions and src.suffix.lower() not in LIST_SUFFIXES:
+            raise SourceError(f"{src}: is an image file; SRC must be a folder of images or a .csv/.jsonl "
+                              f"file list; pass the folder it is in ({src.parent})")
         if layout not in ("auto", "list") or src.suffix.lower() not in LIST_SUFFIXES:
             raise SourceError(f"{src}: a file source must be a .csv or .jsonl file list "
                               "(columns path,label plus optional fields)")
-        return _list_file(src, extensions)
+        return _list_file(src, on_error, max_file_size)
     if not src.is_dir():
         raise SourceError(f"{src}: not a folder or a file list")
     if layout == "list":
@@ -77,15 +99,23 @@ def list_source(src: Path, *, layout: Layout = "auto", extensions: tuple[str, ..
     if layout == "auto":
         if subdirs and top_files:
             raise SourceError(
-                f"{src}: holds both class folders ({subdirs[0].name}/, ...) and files "
-                f"({top_files[0].name}, ...); pass --layout imagefolder (top files ignored) or "
+                f"{src}: holds both class folders ({_escaped(subdirs[0].name)}/, ...) and files "
+                f"({_escaped(top_files[0].name)}, ...); pass --layout imagefolder (top files ignored) or "
                 "--layout flat (every file, no labels)")
         layout = "imagefolder" if subdirs else "flat"
     listing = SourceListing(root=src, layout=layout, items=[], classes=None)
-    walker = _Walker(src, extensions, on_error, listing)
+    walker = _Walker(src, extensions, on_error, max_file_size, listing)
     if layout == "imagefolder":
-        listing.classes = [d.name for d in subdirs]
-        for label, d in enumerate(subdirs):
+        classes = []
+        for d in subdirs:  # a class name goes into the manifest: it must be UTF-8 like any path
+            if _is_utf8(d.name):
+                classes.append(d)
+            else:
+                walker.problem(d.name, "folder name is not valid UTF-8; rename it", fix=None)
+        listing.classes = [d.name for d in classes]
+        for d in classes:  # claimed first, so a link from another class cannot take them over
+            walker.claim(Path(d.path))
+        for label, d in enumerate(classes):
             walker.walk(Path(d.path), label)
         for e in top_files:
             listing.ignored["(file outside a class folder)"] += 1
@@ -93,7 +123,7 @@ def list_source(src: Path, *, layout: Layout = "auto", extensions: tuple[str, ..
             if e.name.startswith("."):
                 listing.ignored["(hidden)"] += 1
             elif not _is_dir(e) and not e.name.lower().endswith(extensions):
-                listing.ignored[Path(e.name).suffix.lower() or "(no extension)"] += 1
+                listing.ignored[_suffix(e.name)] += 1
     else:
         walker.walk(src, -1)
     if not listing.items and not listing.skipped:
@@ -110,61 +140,136 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
         return False
 
 
+def _is_utf8(name: str) -> bool:
+    """False for a name with bytes that are not UTF-8 (Python holds them as lone surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _escaped(text: str) -> str:
+    """``text`` printable and UTF-8: undecodable bytes written as ``\\xe9``."""
+    return os.fsencode(text).decode("utf-8", "backslashreplace")
+
+
+def _suffix(name: str) -> str:
+    return _escaped(Path(name).suffix.lower()) or "(no extension)"
+
+
+def _refusal(st: os.stat_result, max_file_size: int | None) -> tuple[str, str | None] | None:
+    """Why a file with this stat cannot be packed (the reason, and what to do), or None."""
+    if not stat.S_ISREG(st.st_mode):
+        return f"not a regular file ({kind_of(st.st_mode)})", "remove it"
+    if max_file_size is not None and st.st_size > max_file_size:
+        return f"{st.st_size} bytes is over --max-file-size {max_file_size}; raise the limit or remove it", None
+    return None
+
+
+def _problem(listing: SourceListing, on_error: str, path: Path, rel: str, reason: str,
+             fix: str | None = "fix or remove it") -> None:
+    """A bad entry: raise under 'fail', else count it as skipped. ``fix`` None: ``reason`` says it."""
+    if on_error == "fail":
+        what = f"{reason}; {fix}" if fix else reason
+        raise SourceError(f"{_escaped(str(path))}: {what}, or pass --on-error skip")
+    listing.skipped.append(Skip(_escaped(rel), reason))
+
+
 class _Walker:
-    """Recursive, sorted walk that follows symlinks but detects loops."""
+    """Sorted, depth-first walk on an explicit stack (no depth limit); follows symlinks, lists each
+    real folder once, and reports loops."""
 
-    def __init__(self, root: Path, extensions: tuple[str, ...], on_error: str, listing: SourceListing):
+    def __init__(self, root: Path, extensions: tuple[str, ...], on_error: str, max_file_size: int | None,
+                 listing: SourceListing):
         self.root, self.extensions, self.on_error, self.listing = root, extensions, on_error, listing
+        self.max_file_size = max_file_size
         st = root.stat()
-        # Folders on the path from SRC down to the one being walked: meeting one again is a loop.
-        # (A set of every folder seen would also flag a second link to a sibling, and would let a
-        # link back to SRC walk the other class folders under the wrong label.)
-        self.ancestors: set[tuple[int, int]] = {(st.st_dev, st.st_ino)}
+        self.root_key: _FolderKey = (st.st_dev, st.st_ino)
+        # Every real folder walked (or claimed) → the rel path it is listed under. SRC itself is on
+        # the path to every folder, so a link back to it is always a loop, never a relabelled walk.
+        self.listed: dict[_FolderKey, str] = {}
 
-    def problem(self, rel: str, reason: str) -> None:
-        if self.on_error == "fail":
-            raise SourceError(f"{self.root / rel}: {reason}; fix or remove it, or pass --on-error skip")
-        self.listing.skipped.append(Skip(rel, reason))
+    def problem(self, rel: str, reason: str, fix: str | None = "fix or remove it") -> None:
+        _problem(self.listing, self.on_error, self.root / rel, rel, reason, fix)
+
+    def claim(self, directory: Path) -> None:
+        """Reserve a class folder for its own name (a bad one is reported when walked)."""
+        try:
+            st = directory.stat()
+        except OSError:
+            return
+        self.listed.setdefault((st.st_dev, st.st_ino), directory.relative_to(self.root).as_posix())
 
     def walk(self, directory: Path, label: int) -> None:
-        rel_dir = directory.relative_to(self.root).as_posix()
+        ancestors = {self.root_key}  # the folders from SRC down to the one being walked
+        stack: list[tuple[Iterator[os.DirEntry[str]], _FolderKey]] = []
+        opened = self._open(directory, ancestors)
+        while opened is not None or stack:
+            if opened is not None:
+                stack.append(opened)
+                ancestors.add(opened[1])
+            entries, key = stack[-1]
+            entry = next(entries, None)
+            if entry is None:  # this folder is done: back to its parent
+                stack.pop()
+                if key != self.root_key:
+                    ancestors.discard(key)
+                opened = None
+                continue
+            sub = self._entry(entry, label)
+            opened = None if sub is None else self._open(sub, ancestors)
+
+    def _open(self, directory: Path, ancestors: set[_FolderKey]
+              ) -> tuple[Iterator[os.DirEntry[str]], _FolderKey] | None:
+        """The folder's sorted entries, or None when it is a loop, listed already, or unreadable."""
+        rel = directory.relative_to(self.root).as_posix()
         try:
             st = directory.stat()
             key = (st.st_dev, st.st_ino)
-            if directory != self.root and key in self.ancestors:
-                return self.problem(rel_dir, "symlink loop (a link to a folder that contains it)")
+            if directory != self.root and key in ancestors:
+                return self.problem(rel, _LOOP)
+            first = self.listed.get(key, rel)
+            if first != rel:  # not a bad entry: its files are listed, under `first`
+                self.listing.skipped.append(Skip(
+                    rel, f"same folder as {first} (reached through a symlink); listed once"))
+                return None
             entries = sorted(os.scandir(directory), key=lambda e: e.name)
         except OSError as exc:
-            return self.problem(rel_dir, f"cannot list folder ({exc.strerror})")
-        self.ancestors.add(key)
+            return self.problem(rel, f"cannot list folder ({exc.strerror})")
+        self.listed[key] = rel
+        return iter(entries), key
+
+    def _entry(self, entry: os.DirEntry[str], label: int) -> Path | None:
+        """List one entry of a folder; a sub-folder is returned, to be walked next."""
+        if entry.name.startswith("."):
+            self.listing.ignored["(hidden)"] += 1
+            return None
+        is_dir = _is_dir(entry)
+        if not is_dir and not entry.name.lower().endswith(self.extensions):
+            self.listing.ignored[_suffix(entry.name)] += 1
+            return None
+        path = Path(entry.path)
+        rel = path.relative_to(self.root).as_posix()
+        if not _is_utf8(entry.name):
+            self.problem(rel, f"{'folder' if is_dir else 'file'} name is not valid UTF-8; rename it", fix=None)
+            return None
+        if is_dir:
+            return path
         try:
-            self._walk_entries(entries, label)
-        finally:
-            if directory != self.root:
-                self.ancestors.discard(key)
-
-    def _walk_entries(self, entries: list[os.DirEntry[str]], label: int) -> None:
-        for entry in entries:
-            path = Path(entry.path)
-            rel = path.relative_to(self.root).as_posix()
-            if entry.name.startswith("."):
-                self.listing.ignored["(hidden)"] += 1
-                continue
-            if _is_dir(entry):
-                self.walk(path, label)
-                continue
-            if not entry.name.lower().endswith(self.extensions):
-                self.listing.ignored[Path(entry.name).suffix.lower() or "(no extension)"] += 1
-                continue
-            try:
-                st = entry.stat(follow_symlinks=True)
-            except OSError as exc:
-                self.problem(rel, f"unreadable file ({exc.strerror})")
-                continue
-            self.listing.items.append(SourceItem(path, rel, label, st.st_size, st.st_mtime_ns))
+            st = entry.stat(follow_symlinks=True)
+        except OSError as exc:
+            self.problem(rel, f"unreadable file ({exc.strerror})")
+            return None
+        refusal = _refusal(st, self.max_file_size)
+        if refusal:
+            self.problem(rel, *refusal)
+            return None
+        self.listing.items.append(SourceItem(path, rel, label, st.st_size, st.st_mtime_ns))
+        return None
 
 
-def _list_file(src: Path, extensions: tuple[str, ...]) -> SourceListing:
+def _list_file(src: Path, on_error: str, max_file_size: int | None) -> SourceListing:
     """Rows of a CSV (with a header) or JSONL list, in file order; paths relative to the list's folder."""
     rows = _read_rows(src)
     if not rows:
@@ -176,7 +281,8 @@ def _list_file(src: Path, extensions: tuple[str, ...]) -> SourceListing:
     label_ids, listing.classes = _labels(src, rows, labels_raw)
     for name in extra_names:
         listing.fields[name], listing.field_values[name] = _field(src, rows, name)
-    for (line, row), label in zip(rows, label_ids):
+    kept: list[int] = []  # rows listed; the others are skipped, with their field values
+    for i, ((line, row), label) in enumerate(zip(rows, label_ids)):
         raw_path = row.get("path")
         if not isinstance(raw_path, str) or not raw_path:
             raise SourceError(f"{src}:{line}: missing 'path'")
@@ -184,10 +290,18 @@ def _list_file(src: Path, extensions: tuple[str, ...]) -> SourceListing:
         rel = Path(os.path.normpath(raw_path)).as_posix()
         try:
             st = path.stat()
-            size, mtime = st.st_size, st.st_mtime_ns
         except OSError:
             size, mtime = -1, -1  # reported as unreadable when read, under --on-error
+        else:
+            refusal = _refusal(st, max_file_size)
+            if refusal:
+                _problem(listing, on_error, path, rel, *refusal)
+                continue
+            size, mtime = st.st_size, st.st_mtime_ns
+        kept.append(i)
         listing.items.append(SourceItem(path, rel, label, size, mtime))
+    if len(kept) < len(rows):
+        listing.field_values = {k: [v[i] for i in kept] for k, v in listing.field_values.items()}
     return listing
 
 
@@ -225,6 +339,10 @@ def _labels(src: Path, rows: list, raw: list[Any]) -> tuple[list[int], list[str]
         negative = [i for i, v in enumerate(as_int) if v < 0]
         if negative:
             raise SourceError(f"{src}:{rows[negative[0]][0]}: label {as_int[negative[0]]} is negative")
+        huge = [i for i, v in enumerate(as_int) if v > _INT64[1]]
+        if huge:
+            raise SourceError(f"{src}:{rows[huge[0]][0]}: label {as_int[huge[0]]} is out of range "
+                              "(0..2**63-1); use smaller class numbers")
         return as_int, None
     missing = [i for i, v in enumerate(raw) if v is None or v == ""]
     if missing:
@@ -252,6 +370,10 @@ def _field(src: Path, rows: list, name: str) -> tuple[str, list[Any]]:
     values = [row.get(name) for _, row in rows]
     ints = [_as_int(v) for v in values]
     if all(v is not None for v in ints):
+        huge = [i for i, v in enumerate(ints) if not _INT64[0] <= v <= _INT64[1]]
+        if huge:  # as float64 it would silently lose digits
+            raise SourceError(f"{src}:{rows[huge[0]][0]}: field {name!r} is {ints[huge[0]]}, out of range "
+                              "for int64 (-2**63..2**63-1); store smaller numbers or text")
         return "int64", ints
     try:
         floats = [float(v) for v in values if not isinstance(v, bool)]

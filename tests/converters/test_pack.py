@@ -119,14 +119,15 @@ def test_symlinked_class_folder_is_followed(tmp_path):
 
 
 def test_a_second_link_to_a_class_folder_is_not_a_loop(tmp_path):
-    # cat/alias -> ../dog is no loop: its files are walked under cat's label (as torchvision's
-    # ImageFolder with followlinks does), and dog/ keeps its own label and files.
+    # cat/alias -> ../dog is no loop, but dog/ is one real folder: listed once, under its own name
+    # and label; the link is reported (not an error, even under on_error="fail").
     write_tree(tmp_path / "src", {"cat/1.jpg": make_jpeg(seed=1), "dog/2.jpg": make_jpeg(seed=2)})
     (tmp_path / "src" / "cat" / "alias").symlink_to("../dog")
-    report = pack(tmp_path / "src", tmp_path / "out", on_error="skip", progress=False)
+    report = pack(tmp_path / "src", tmp_path / "out", progress=False)
     got = [(r["path"], r["label"]) for r in records(tmp_path / "out")]
-    assert got == [("cat/1.jpg", 0), ("cat/alias/2.jpg", 0), ("dog/2.jpg", 1)]
-    assert report.skipped == 0
+    assert got == [("cat/1.jpg", 0), ("dog/2.jpg", 1)]
+    assert [(s.rel, s.reason) for s in report.skipped_files] == [
+        ("cat/alias", "same folder as dog (reached through a symlink); listed once")]
 
 
 # --- record order -----------------------------------------------------------------------------------
