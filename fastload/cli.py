@@ -12,6 +12,18 @@ from fastload.config import format_size
 from fastload.errors import FastloadError
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 shard``, ``2 shards``, ``3 classes``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith('s') else 's'}"
+
+
+def _text(value: Any, default: str = "?") -> str:
+    """A free-form manifest value as text: any JSON value prints, none crashes."""
+    if value is None or value == "":
+        return default
+    return value if isinstance(value, str) else str(value)
+
+
 def _copied(packed: dict) -> str:
     if packed.get("restart_markers"):
         return "none (JPEGs rewritten losslessly, see below; other files copied exactly)"
@@ -37,25 +49,32 @@ def _info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
-    packed = info["packed"]
-    print(f"{info['path']}: {info['records']} records, {format_size(info['payload_bytes'])} of payload "
-          f"in {len(info['shards'])} {info['storage']} shards ({format_size(info['disk_bytes'])} on disk)")
-    print(f"  packed {packed.get('created', '?')} by fastload {packed.get('fastload_version', '?')} "
-          f"from {packed.get('source', '?')} ({packed.get('layout', '?')} layout), "
-          f"re-encode: {packed.get('reencode') or _copied(packed)}, skipped: {packed.get('skipped', 0)}")
-    if packed.get("restart_markers"):
-        print(f"  JPEGs rewritten losslessly with restart markers (fast crop decode); "
-              f"{packed['restart_markers'].get('kept_as_is', 0)} kept as they were")
+    # "packed" is free-form JSON: print what it holds, whatever the types
+    packed = info["packed"] if isinstance(info["packed"], dict) else {}
+    print(f"{info['path']}: {_count(info['records'], 'record')}, {format_size(info['payload_bytes'])} of "
+          f"payload in {_count(len(info['shards']), info['storage'] + ' shard')} "
+          f"({format_size(info['disk_bytes'])} on disk)")
+    print(f"  packed {_text(packed.get('created'))} by fastload {_text(packed.get('fastload_version'))} "
+          f"from {_text(packed.get('source'))} ({_text(packed.get('layout'))} layout), "
+          f"re-encode: {_text(packed.get('reencode'), '') or _copied(packed)}, "
+          f"skipped: {_text(packed.get('skipped'), '0')}")
+    markers = packed.get("restart_markers")
+    if markers:
+        kept = markers.get("kept_as_is", 0) if isinstance(markers, dict) else None
+        print("  JPEGs rewritten losslessly with restart markers (fast crop decode)"
+              + (f"; {_text(kept, '0')} kept as they were" if kept is not None else ""))
     if info["classes"]:
-        print(f"  {len(info['classes'])} classes:")
+        print(f"  {_count(len(info['classes']), 'class')}:")
         for c in info["classes"]:
             print(f"    {c['label']:>5}  {c['name']}: {c['records']}")
+    elif info["labels"]:
+        print(f"  {_count(info['labels'], 'distinct label')} (no class names)")
     if info["unlabeled"]:
         print(f"  unlabeled records: {info['unlabeled']}")
     if info["fields"]:
         print("  extra fields: " + ", ".join(f"{k} ({v})" for k, v in info["fields"].items()))
     for s in info["shards"]:
-        print(f"  {s['file']}: {s['records']} records, {format_size(s['bytes'])}")
+        print(f"  {s['file']}: {_count(s['records'], 'record')}, {format_size(s['bytes'])}")
     return 0
 
 
@@ -68,9 +87,9 @@ def _verify(args: argparse.Namespace) -> int:
     for bad in report.bad:
         print(f"BAD {bad}", file=sys.stderr)
     status = "OK" if report.ok else "FAILED"
-    print(f"{status}: {report.checked} of {report.num_records} records checked"
+    print(f"{status}: {report.checked} of {_count(report.num_records, 'record')} checked"
           f"{' and decoded' if args.decode else ''}, {len(report.bad)} bad, "
-          f"{len(report.problems)} dataset problems")
+          f"{_count(len(report.problems), 'dataset problem')}")
     return 0 if report.ok else 1
 
 
@@ -101,7 +120,8 @@ def _bench(args: argparse.Namespace) -> int:
     report = bench(args.src, args.packed, batch_size=args.batch_size, image_size=args.image_size,
                    duration=args.duration, samples=args.samples, cold=args.cold, stages=args.stages,
                    model_step=_model_step(args), torch_grid=grid, dali=not args.no_dali,
-                   temp_pack=args.temp_pack, work=args.work, progress=False if args.quiet else None)
+                   temp_pack=args.temp_pack, work=args.work, repeats=args.repeats,
+                   progress=False if args.quiet else None)
     return _report(report, args)
 
 
@@ -140,12 +160,12 @@ def _report(report: Any, args: argparse.Namespace) -> int:
     return 1 if any(r.status == "failed" for r in report.runs) else 0
 
 
-def _add_measure_options(p: argparse.ArgumentParser) -> None:
+def _add_measure_options(p: argparse.ArgumentParser, duration: float) -> None:
     """Options bench and doctor share."""
     p.add_argument("--batch-size", type=int, default=64, help="samples per batch (default 64)")
     p.add_argument("--image-size", type=int, default=224, help="train crop side in pixels (default 224)")
-    p.add_argument("--duration", type=float, default=5.0,
-                   help="timed seconds per loader run, after a 2-batch warm-up (default 5)")
+    p.add_argument("--duration", type=float, default=duration,
+                   help=f"timed seconds per loader run, after a 2-batch warm-up (default {duration:g})")
     p.add_argument("--samples", type=int, default=None, help="stop each run after N samples")
     p.add_argument("--cold", action="store_true",
                    help="drop the files from the page cache first (posix_fadvise); one pass per run")
@@ -156,10 +176,23 @@ def _add_measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress line")
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from fastload.config import MAX_PIXELS
 
+    from fastload import __version__
+
     parser = argparse.ArgumentParser(prog="fastload", description="Pack small files into shards and load them fast.")
+    parser.add_argument("--version", action="version", version=f"fastload {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("pack", help="pack a folder or CSV/JSONL file list into LMDB/HDF5 shards")
@@ -211,8 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("src", help="image folder, packed dataset, or folder with --packed copies")
     p.add_argument("--packed", action="append", default=[], metavar="DATASET",
                    help="a packed dataset of SRC's files (repeat for LMDB and HDF5)")
-    _add_measure_options(p)
-    p.add_argument("--stages", action="store_true", help="also time each stage and give a verdict (doctor)")
+    _add_measure_options(p, duration=2.0)
+    p.add_argument("--repeats", type=_at_least_one, default=3, metavar="N",
+                   help="runs of each row, interleaved (A, B, C, A, B, C, ...); rows show the median "
+                        "and the range, ratios are paired run by run (default 3)")
+    p.add_argument("--stages", action="store_true",
+                   help="also show each stage's timing behind the verdict (always given)")
     p.add_argument("--torch-workers", type=int, nargs="+", default=None, metavar="N",
                    help="num_workers of the tuned torch rows (default: one per core)")
     p.add_argument("--prefetch-factor", type=int, default=4, help="prefetch_factor of the tuned torch rows")
@@ -224,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="time each loader stage alone and name the bottleneck")
     p.add_argument("src", help="image folder (ImageFolder + torch DataLoader) or packed dataset (fastload)")
-    _add_measure_options(p)
+    _add_measure_options(p, duration=5.0)
     p.add_argument("--num-workers", type=int, default=None,
                    help="your loader's num_workers (folder default: one per core; packed: auto)")
     p.set_defaults(run=_doctor)

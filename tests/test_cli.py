@@ -14,7 +14,8 @@ import pytest
 
 from fastload.format import read_manifest
 from tests.conftest import (
-    fastload_command, imagefolder_files, make_jpeg, many_small_jpegs, run_fastload, run_unprivileged, write_tree,
+    copy_dataset, fastload_command, imagefolder_files, load_manifest_json, make_jpeg, many_small_jpegs, run_fastload,
+    run_unprivileged, save_manifest_json, write_tree,
 )
 
 STORAGES = ["lmdb", "hdf5"]
@@ -336,3 +337,69 @@ def test_interrupt_says_how_to_resume(tmp_path):
     assert_no_dataset(out)
     result = run_fastload("pack", src, "-o", out, "--shard-size", "16KB", "--quiet")
     assert result.returncode == 0 and "resumed: kept" in result.stdout
+
+
+# --- first-hour messages ---------------------------------------------------------------------------
+
+def test_version_prints_the_version_and_exits_0(cli, capsys):
+    from fastload import __version__
+    from fastload.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out == f"fastload {__version__}\n"
+
+
+@pytest.mark.parametrize("command", ["info", "verify"])
+def test_info_and_verify_say_what_a_folder_that_is_not_a_dataset_is(cli, imagefolder, packed, tmp_path, command):
+    src, _ = imagefolder
+    result = cli(command, src)
+    assert result.rc == 2 and result.out == ""
+    assert result.err == (f"fastload: error: {src}: is a folder of images, not a packed dataset; pack it with "
+                          f"`fastload pack {src} -o {src}.fl`\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = cli(command, empty)
+    assert result.rc == 2 and f"{empty}: is empty, not a packed dataset" in result.err
+    assert "run the same" not in result.err and "interrupted" not in result.err
+    # what a failed pack leaves: shards, no manifest; only this one is told to run pack again
+    unfinished = copy_dataset(packed("lmdb")[0], tmp_path / "unfinished")
+    (unfinished / "manifest.json").unlink()
+    result = cli(command, unfinished)
+    assert result.rc == 2 and result.err == (
+        f"fastload: error: {unfinished}: holds an unfinished pack (shards, no manifest.json), so it is not "
+        "a finished dataset yet; run the same `fastload pack` command again to finish it\n")
+
+
+def test_info_uses_singular_and_plural_words(cli, tmp_path):
+    write_tree(tmp_path / "src", {"a/one.jpg": make_jpeg(seed=1)})
+    assert cli("pack", tmp_path / "src", "-o", tmp_path / "out").rc == 0
+    lines = cli("info", tmp_path / "out").out.splitlines()
+    assert lines[0].startswith(f"{tmp_path / 'out'}: 1 record, ") and " in 1 lmdb shard (" in lines[0]
+    assert "  1 class:" in lines and any(ln.startswith("  shard-00000.lmdb: 1 record, ") for ln in lines)
+    verified = cli("verify", tmp_path / "out").out
+    assert verified == "OK: 1 of 1 record checked, 0 bad, 0 dataset problems\n"
+
+
+def test_info_prints_odd_values_of_the_free_form_packed_object(cli, packed, tmp_path):
+    out = copy_dataset(packed("lmdb")[0], tmp_path / "odd")
+    raw = load_manifest_json(out)
+    raw["packed"] = {"reencode": "x", "restart_markers": 5, "ignored": [1], "skipped": {"n": 2}}
+    save_manifest_json(out, raw)
+    result = cli("info", out)
+    assert result.rc == 0, result.err
+    assert "re-encode: x, skipped: {'n': 2}" in result.out
+    assert "JPEGs rewritten losslessly with restart markers (fast crop decode)\n" in result.out
+    assert "packed ? by fastload ? from ? (? layout)" in result.out
+
+
+def test_info_counts_huge_labels_without_allocating_by_value(tmp_path):
+    write_tree(tmp_path, {"a.jpg": make_jpeg(seed=1), "b.jpg": make_jpeg(seed=2), "c.jpg": make_jpeg(seed=3)})
+    (tmp_path / "l.csv").write_text(f"path,label\na.jpg,{2**40}\nb.jpg,3\nc.jpg,{2**40}\n")
+    assert run_fastload("pack", tmp_path / "l.csv", "--quiet").returncode == 0
+    # a real process: counting by value asked for 8 TiB and glibc aborted it
+    result = run_fastload("info", tmp_path / "l.fl")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "  2 distinct labels (no class names)" in result.stdout
+    info = json.loads(run_fastload("info", tmp_path / "l.fl", "--json").stdout)
+    assert info["labels"] == 2 and info["classes"] == [] and info["unlabeled"] == 0

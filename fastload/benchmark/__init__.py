@@ -1,9 +1,11 @@
 """Measuring loaders: ``fastload bench`` (side by side) and ``fastload doctor`` (which stage limits).
 
-    inputs.py       SRC → an image folder and packed datasets of the same records
+    inputs.py       SRC → an image folder (files that cannot be decoded left out, named) and
+                    packed datasets of the same records
     baseline.py     the ImageFolder + torch DataLoader baseline users have today
     contenders.py   each row's loader: torch defaults/tuned, raw reads, fastload, DALI
     runs.py         timed runs: warm-up, bounded time, data wait, Ctrl-C keeps results
+    repeats.py      a row's interleaved repeats → median, range, ratios paired repeat by repeat
     monitor.py      the progress line on stderr, peak memory of a run and its workers
     stages.py       each stage alone: read, decode, transform, collate
     ceilings.py     what the machine can do: decode per core × cores, memory copy, disk, host→GPU

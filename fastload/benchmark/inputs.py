@@ -4,6 +4,9 @@
 
 - a packed dataset whose manifest names a source folder that still exists brings that folder
   as the baseline;
+- every file the folder baseline reads is checked once, up front, as ``fastload pack`` checks
+  it (header and end marker): files that cannot be decoded are left out of every row, counted,
+  and named in a note, so one broken file costs no row its result;
 - a folder with no ``--packed`` uses ``SRC.fl`` (``fastload pack``'s default output) when it
   holds a finished dataset; otherwise a random sample of at most ``temp_pack`` files is packed
   into a temporary LMDB dataset, deleted after the run, and the baseline reads the same sample.
@@ -16,6 +19,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +27,11 @@ from pathlib import Path
 import numpy as np
 
 from fastload.benchmark.baseline import ImageFolderBaseline
+from fastload.benchmark.stages import READS_IN_FLIGHT
 from fastload.errors import SourceError, SourceNotFoundError
 from fastload.format import MANIFEST_NAME, read_manifest
+
+SHOW_SKIPPED = 5  # files named in the note; all of them are in the JSON report
 
 
 @dataclass
@@ -36,6 +43,8 @@ class Inputs:
     baseline: ImageFolderBaseline | None
     packed: list[Path]
     notes: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path below the folder, reason)
+    temporary: bool = False  # packed[0] is a sample bench packed itself, deleted after the run
 
 
 def is_packed(path: Path) -> bool:
@@ -56,15 +65,19 @@ def resolve(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]
     if not root.is_dir():
         raise SourceError(f"{root}: is a file; pass an image folder or a packed dataset "
                           "(the directory `fastload pack` writes)")
+    from fastload.summary import require_dataset
+
     extra = [Path(p) for p in packed]
     for path in extra:
-        read_manifest(path)  # a clear error for a path that is not a finished dataset
+        require_dataset(path)  # a clear error for a path that is not a finished dataset
+        read_manifest(path)
     if is_packed(root):
         read_manifest(root)
         inputs = Inputs(root, "packed", _source_folder(root, image_size), [root, *extra])
         if inputs.baseline is not None:
             inputs.notes.append(f"baseline: the source folder in the manifest, "
                                 f"{inputs.baseline.root}")
+            _leave_out_unreadable(inputs)
         yield inputs
         return
     baseline = ImageFolderBaseline.from_folder(root, image_size)
@@ -74,6 +87,7 @@ def resolve(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]
         inputs.packed.append(default)
         inputs.notes.append(f"packed: {default} (fastload pack's default output for {root})")
     if inputs.packed or not pack_missing:
+        _leave_out_unreadable(inputs)
         _check_counts(inputs)
         yield inputs
         return
@@ -95,6 +109,47 @@ def _source_folder(dataset: Path, image_size: int) -> ImageFolderBaseline | None
         return None
 
 
+def _leave_out_unreadable(inputs: Inputs) -> None:
+    """Check each file of the baseline as ``fastload pack`` does; leave out, count and name the
+    ones that cannot be decoded (every row then reads the same, readable files)."""
+    from converters.checks import InvalidFile, check_image
+
+    baseline = inputs.baseline
+    assert baseline is not None
+
+    def problem(path: str) -> str | None:
+        try:
+            with open(path, "rb") as f:
+                check_image(f.read())
+        except InvalidFile as exc:
+            return exc.reason
+        except OSError as exc:
+            return f"cannot be read ({exc.strerror or exc})"
+        return None
+
+    with ThreadPoolExecutor(READS_IN_FLIGHT, thread_name_prefix="fastload-bench-check") as pool:
+        problems = list(pool.map(problem, baseline.files))
+    root = baseline.root or inputs.src
+    bad = [(os.path.relpath(path, root), why) for (path, _), why in zip(baseline.samples, problems) if why]
+    if not bad:
+        return
+    if len(bad) == len(baseline):
+        raise SourceError(f"{root}: none of its {len(bad)} image files can be decoded (first: "
+                          f"{bad[0][0]}: {bad[0][1]}); check that it is the right folder")
+    inputs.baseline = ImageFolderBaseline([s for s, why in zip(baseline.samples, problems) if not why],
+                                          baseline.image_size, root=baseline.root)
+    inputs.skipped = bad
+    inputs.notes.insert(0, skipped_note(bad))
+
+
+def skipped_note(bad: Sequence[tuple[str, str]]) -> str:
+    """``skipped 1 file that cannot be decoded: cat/bad.jpg (reason)``, naming the first few."""
+    named = ", ".join(f"{path} ({why})" for path, why in bad[:SHOW_SKIPPED])
+    more = f", and {len(bad) - SHOW_SKIPPED} more" if len(bad) > SHOW_SKIPPED else ""
+    files = "1 file that cannot" if len(bad) == 1 else f"{len(bad)} files that cannot"
+    return f"skipped {files} be decoded: {named}{more} (left out of every row)"
+
+
 def _check_counts(inputs: Inputs) -> None:
     assert inputs.baseline is not None
     for path in inputs.packed:
@@ -111,7 +166,10 @@ def _pack_sample(inputs: Inputs, temp: Path, limit: int, seed: int) -> Inputs:
     baseline = inputs.baseline
     assert baseline is not None
     keep = np.sort(np.random.default_rng(seed).permutation(len(baseline))[:limit])
-    samples = [baseline.samples[int(i)] for i in keep]
+    inputs.baseline = ImageFolderBaseline([baseline.samples[int(i)] for i in keep], baseline.image_size,
+                                          root=baseline.root)
+    _leave_out_unreadable(inputs)  # the sample's files: pack refuses what cannot be decoded
+    samples = inputs.baseline.samples
     listing = temp / "sample.csv"
     labelled = any(label >= 0 for _, label in samples)
     with open(listing, "w", newline="") as f:
@@ -121,8 +179,9 @@ def _pack_sample(inputs: Inputs, temp: Path, limit: int, seed: int) -> Inputs:
     out = temp / "sample.fl"
     pack(listing, out, format="lmdb", progress=False)
     inputs.baseline = ImageFolderBaseline(samples, baseline.image_size, root=baseline.root)
-    inputs.packed = [out]
-    what = "all" if len(samples) == len(baseline) else f"a random sample of {len(samples)} of the"
+    inputs.packed, inputs.temporary = [out], True
+    what = ("all" if len(samples) == len(baseline) else f"the {len(samples)} readable of the"
+            if len(keep) == len(baseline) else f"a random sample of {len(samples)} of the")
     inputs.notes.append(f"packed {what} {len(baseline)} files of {inputs.src} into a temporary LMDB "
                         f"dataset in {temp} (deleted after the run); to keep one: "
                         f"`fastload pack {inputs.src}`, then `fastload bench {inputs.src} --packed "

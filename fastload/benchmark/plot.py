@@ -16,7 +16,8 @@ _COLOURS = {"baseline": "#9e9e9e", "fastload": "#1f77b4", "dali": "#2ca02c", "ra
 
 
 def write_plot(report: BenchReport, path: str | os.PathLike[str]) -> Path:
-    """Horizontal bars: decoded samples/s, raw-read MB/s and (doctor) each stage's samples/s."""
+    """Horizontal bars: decoded samples/s, raw-read MB/s and (doctor) each stage's samples/s;
+    with repeats, each bar is the median and its whisker the range (min–max) over the repeats."""
     require("matplotlib", "the benchmark chart (--plot)")
     # The object API: no pyplot, so no GUI backend and no global figure state.
     figure_cls = importlib.import_module("matplotlib.figure").Figure
@@ -30,9 +31,13 @@ def write_plot(report: BenchReport, path: str | os.PathLike[str]) -> Path:
         names = [b[0] for b in bars][::-1]
         values = [b[1] for b in bars][::-1]
         colours = [_COLOURS.get(b[2], "#1f77b4") for b in bars][::-1]
-        ax.barh(names, values, color=colours)
-        for y, v in enumerate(values):
-            ax.text(v, y, f" {v:,.0f}", va="center", fontsize=8)
+        spans = [b[3] for b in bars][::-1]
+        whiskers = [[v - lo for v, (lo, _) in zip(values, spans)], [hi - v for v, (_, hi) in zip(values, spans)]]
+        ax.barh(names, values, color=colours,
+                xerr=whiskers if any(lo != hi for lo, hi in spans) else None, capsize=3)
+        for y, (v, (lo, hi)) in enumerate(zip(values, spans)):
+            span = f" ({_num(lo)}–{_num(hi)})" if lo != hi else ""
+            ax.text(max(v, hi), y, f" {_num(v)}{span}", va="center", fontsize=8)
         if ceiling is not None:
             ax.axvline(ceiling[1], color="#d62728", linestyle="--", linewidth=1)
             ax.text(ceiling[1], -0.5, f" {ceiling[0]}", color="#d62728", fontsize=8, va="bottom")
@@ -42,8 +47,10 @@ def write_plot(report: BenchReport, path: str | os.PathLike[str]) -> Path:
         ax.margins(x=0.2)
         ax.tick_params(labelsize=8)
     c = report.config
+    repeats = c.get("repeats", 1)
     fig.suptitle(f"fastload {report.command}: {Path(c['source']).name}, batch {c['batch_size']}, "
-                 f"{'cold' if c['cold'] else 'warm'} cache, {report.machine['cores']} cores",
+                 f"{'cold' if c['cold'] else 'warm'} cache, {report.machine['cores']} cores"
+                 + (f"; median and range of {repeats} runs" if repeats > 1 else ""),
                  fontsize=10)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -51,13 +58,14 @@ def write_plot(report: BenchReport, path: str | os.PathLike[str]) -> Path:
     return out
 
 
-Bar = tuple[str, float, str]
+Bar = tuple[str, float, str, tuple[float, float]]  # name, value (median), kind, (min, max)
 Panel = tuple[str, list[Bar], tuple[str, float] | None, bool]  # title, bars, marked line, log scale
 
 
 def _panels(report: BenchReport) -> list[Panel]:
-    decoded = [(r.name, r.samples_per_s, r.kind) for r in report.measured() if r.kind != "raw"]
-    raw = [(r.name, r.mb_per_s, r.kind) for r in report.measured("raw")]
+    decoded = [(r.name, r.samples_per_s, r.kind, _span(r.per_repeat, r.samples_per_s))
+               for r in report.measured() if r.kind != "raw"]
+    raw = [(r.name, r.mb_per_s, r.kind, _span(r.per_repeat_mb_s, r.mb_per_s)) for r in report.measured("raw")]
     c: dict[str, Any] = report.ceilings or {}
     panels: list[Panel] = []
     if decoded:
@@ -67,7 +75,15 @@ def _panels(report: BenchReport) -> list[Panel]:
         disk = ("sequential disk", c["disk_sequential_mb_s"]) if c.get("disk_sequential_mb_s") else None
         panels.append(("raw shuffled reads, MB/s", raw, disk, False))
     if report.stages:
-        bars = [(f"{s.name} ×{s.parallel}", s.parallel / s.seconds_per_sample, "fastload")
-                for s in report.stages if s.seconds_per_sample > 0]
+        bars = [(f"{s.name} ×{s.parallel}", rate, "fastload", (rate, rate))
+                for s in report.stages if s.seconds_per_sample > 0 for rate in [s.parallel / s.seconds_per_sample]]
         panels.append(("stages alone, samples/s at this loader's parallelism (log scale)", bars, None, True))
     return panels
+
+
+def _span(values: list[float], value: float) -> tuple[float, float]:
+    return (min(values), max(values)) if values else (value, value)
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.1f}"

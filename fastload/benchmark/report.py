@@ -9,8 +9,9 @@ and :func:`validate` checks a document against it. Rates are per second of timed
   ``torch``, ``pillow``, ``fastload`` versions, ``jpeg_decoder`` (fastload's JPEG crop decoder,
   in words), ``cuda`` (device name or null).
 - ``config``: ``source``, ``packed`` (datasets used), ``batch_size``, ``image_size``,
-  ``duration_s`` and ``samples`` (per-row bounds), ``cold``, ``model_step_ms`` (null: none or a
-  callable), ``model_step_callable``; doctor adds ``num_workers``.
+  ``duration_s`` and ``samples`` (bounds of each run), ``cold``, ``model_step_ms`` (null: none or a
+  callable), ``model_step_callable``, ``repeats`` (runs of each row, interleaved: A, B, C, A, B,
+  C, ...; 1 in documents written before it existed); doctor adds ``num_workers``.
 - ``runs``: one object per row: ``name``, ``kind`` (``baseline`` torch ImageFolder, ``fastload``,
   ``dali``, ``raw`` reads without decode), ``source`` (``folder``, ``lmdb``, ``hdf5``), ``status``
   (``ok``, ``partial``: interrupted, ``skipped``: could not start, ``failed``: raised while
@@ -19,7 +20,11 @@ and :func:`validate` checks a document against it. Rates are per second of timed
   ``wait_fraction`` (time inside ``next()`` / wall), ``peak_rss_mb`` (peak PSS of the process and
   its workers during the row; rows share one process, so a later row carries what earlier rows
   left: compare memory with each loader alone, as ``bench/load_bench.py`` does), ``speedup``
-  (against ``reference``), ``settings``.
+  (against ``reference``: the median over repeats of each repeat's own ratio), ``settings``;
+  with ``repeats`` > 1 the rates are medians over the repeats that delivered, and ``samples``,
+  ``batches`` and ``seconds`` their sums. ``median``, ``min``, ``max`` (samples/s over the
+  repeats; null when none delivered), ``per_repeat`` and ``per_repeat_mb_s`` (each repeat's
+  samples/s and MB/s, in order) were added later in /1: older documents lack them.
 - ``reference``: ``pipeline`` (the best torch row: what decoded rows' ``speedup`` divides by)
   and ``raw`` (the small-file raw row, for raw rows), each a row name or null.
 - ``ceilings`` (null when not measured): ``decode_per_core`` (full-size decode, images/s on one
@@ -37,7 +42,11 @@ and :func:`validate` checks a document against it. Rates are per second of timed
 - ``verdict`` (null without stages): ``bottleneck`` (``io``, ``cpu``, ``transfer``, ``model``),
   ``label``, ``stage``, ``reason``, ``advice`` (list), ``capacities`` (stage group → samples/s it
   allows), ``predicted_rate``, ``wait_fraction``.
-- ``notes``: what the reader should know (temporary pack, mismatched record counts, ...).
+- ``verdict.loader``: the row whose loader the verdict is about (added later in /1).
+- ``skipped`` (optional): ``path`` (below the image folder) and ``reason`` of each file left out
+  of every row because it cannot be decoded.
+- ``notes``: what the reader should know (skipped files, temporary pack, mismatched record
+  counts, ...).
 """
 
 from __future__ import annotations
@@ -77,14 +86,18 @@ SCHEMA: dict[str, Any] = _obj({
     "config": _obj({"source": _STR, "packed": {"type": "array", "items": _STR}, "batch_size": _INT,
                     "image_size": _INT, "duration_s": _NUM, "samples": {"type": ["integer", "null"]},
                     "cold": {"type": "boolean"}, "model_step_ms": _NUM_OR_NULL,
-                    "model_step_callable": {"type": "boolean"}}, extra=True),
+                    "model_step_callable": {"type": "boolean"}}, extra=True,
+                   optional={"repeats": _INT}),
     "runs": {"type": "array", "items": _obj({
         "name": _STR, "kind": {"enum": ["baseline", "fastload", "dali", "raw"]},
         "source": {"enum": ["folder", "lmdb", "hdf5"]},
         "status": {"enum": ["ok", "partial", "skipped", "failed"]},
         "samples": _INT, "batches": _INT, "seconds": _NUM, "samples_per_s": _NUM, "mb_per_s": _NUM,
         "wait_fraction": _NUM_OR_NULL, "peak_rss_mb": _NUM_OR_NULL, "speedup": _NUM_OR_NULL,
-        "settings": _STR, "note": _STR_OR_NULL})},
+        "settings": _STR, "note": _STR_OR_NULL},
+        optional={"median": _NUM_OR_NULL, "min": _NUM_OR_NULL, "max": _NUM_OR_NULL,
+                  "per_repeat": {"type": "array", "items": _NUM},
+                  "per_repeat_mb_s": {"type": "array", "items": _NUM}})},
     "reference": _obj({"pipeline": _STR_OR_NULL, "raw": _STR_OR_NULL}),
     "ceilings": {"type": ["object", "null"], "additionalProperties": {"type": ["number", "null"]},
                  "required": ["decode_per_core", "cores", "decode_ceiling", "memcpy_mb_s"]},
@@ -96,10 +109,11 @@ SCHEMA: dict[str, Any] = _obj({
                                "label": _STR, "stage": _STR_OR_NULL, "reason": _STR,
                                "advice": {"type": "array", "items": _STR},
                                "capacities": {"type": "object", "additionalProperties": _NUM},
-                               "predicted_rate": _NUM_OR_NULL, "wait_fraction": _NUM_OR_NULL},
+                               "predicted_rate": _NUM_OR_NULL, "wait_fraction": _NUM_OR_NULL,
+                               "loader": _STR_OR_NULL},
                 "additionalProperties": False},
     "notes": {"type": "array", "items": _STR},
-})
+}, optional={"skipped": {"type": "array", "items": _obj({"path": _STR, "reason": _STR})}})
 
 
 def validate(doc: Any, schema: dict[str, Any] = SCHEMA, where: str = "$") -> list[str]:
@@ -172,6 +186,7 @@ class BenchReport:
     verdict: Verdict | None = None
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason): left out of every row
     reference: dict[str, str | None] = field(default_factory=lambda: {"pipeline": None, "raw": None})
     machine: dict[str, Any] = field(default_factory=machine)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
@@ -182,22 +197,28 @@ class BenchReport:
                 and (kind is None or r.kind == kind)]
 
     def compute_speedups(self) -> None:
-        """Decoded rows against the best torch row; raw rows against the small-file reads."""
+        """Decoded rows against the best torch row (by median); raw rows against the small-file
+        reads; each ratio paired repeat by repeat (see :func:`~.repeats.paired_ratio`)."""
+        from fastload.benchmark.repeats import paired_ratio
+
         torch_rows = self.measured("baseline")
         best = max(torch_rows, key=lambda r: r.samples_per_s, default=None)
         raw = next((r for r in self.measured("raw") if r.source == "folder"), None)
         self.reference = {"pipeline": best.name if best else None, "raw": raw.name if raw else None}
         for r in self.measured():
             ref, attr = (raw, "mb_per_s") if r.kind == "raw" else (best, "samples_per_s")
-            r.speedup = getattr(r, attr) / getattr(ref, attr) if ref and getattr(ref, attr) else None
+            r.speedup = paired_ratio(r, ref, attr) if ref is not None else None
 
     def to_dict(self) -> dict[str, Any]:
-        return _finite({
+        doc = {
             "schema": SCHEMA_ID, "command": self.command, "created": self.created,
             "interrupted": self.interrupted, "machine": self.machine, "config": self.config,
             "runs": [r.as_dict() for r in self.runs], "reference": self.reference,
             "ceilings": self.ceilings, "stages": [s.as_dict() for s in self.stages],
-            "verdict": self.verdict.as_dict() if self.verdict else None, "notes": self.notes})
+            "verdict": self.verdict.as_dict() if self.verdict else None, "notes": self.notes}
+        if self.skipped:
+            doc["skipped"] = [{"path": path, "reason": why} for path, why in self.skipped]
+        return _finite(doc)
 
     def write_json(self, path: str | os.PathLike[str]) -> Path:
         out = Path(path)

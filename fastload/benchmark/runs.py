@@ -4,7 +4,10 @@ Every contender of ``fastload bench`` (and the loader ``fastload doctor`` diagno
 ``timed_run``: a few untimed warm-up batches (worker start, thread pools, first file opens), then
 batches until ``duration`` seconds or ``samples`` samples, re-iterating the loader for another
 epoch when it ends (never with a cold cache: a second pass would be warm). Time spent inside
-``next()`` is the data wait; an optional model step runs after each batch.
+``next()`` is the data wait; an optional model step runs after each batch. ``run_all`` runs a
+series of contenders, ``repeats`` times interleaved (A, B, C, A, B, C, ...), so a burst of load
+from elsewhere hits one repeat of every row, not every repeat of one; :mod:`.repeats` turns a
+row's repeats into its median and range.
 """
 
 from __future__ import annotations
@@ -67,6 +70,11 @@ class RunResult:
     speedup: float | None = None
     settings: str = ""
     note: str | None = None
+    median: float | None = None  # samples/s over the repeats that delivered (samples_per_s too)
+    min: float | None = None
+    max: float | None = None
+    per_repeat: list[float] = field(default_factory=list)  # samples/s of each repeat, in order
+    per_repeat_mb_s: list[float] = field(default_factory=list)
     loader: Any = field(default=None, repr=False, compare=False)  # kept for doctor, never serialised
 
     def as_dict(self) -> dict[str, Any]:
@@ -139,33 +147,45 @@ def timed_run(spec: RunSpec, limits: Limits, *, model_step: ModelStep = None,
 
 def run_all(specs: Iterable[RunSpec], limits: Limits | Callable[[RunSpec], Limits], *,
             model_step: ModelStep = None, progress: Progress | None = None,
-            keep_loaders: bool = False) -> tuple[list[RunResult], bool]:
-    """Run each contender in turn; Ctrl-C stops the series and keeps every result so far.
+            keep_loaders: bool = False, repeats: int = 1) -> tuple[list[RunResult], bool]:
+    """Run each contender in turn, ``repeats`` times interleaved; Ctrl-C stops the series and
+    keeps every result so far. A contender that was skipped or failed is not run again.
 
-    Returns the results and whether the series was interrupted.
+    Returns one result per contender that started (its repeats combined: median and range) and
+    whether the series was interrupted.
     """
-    results: list[RunResult] = []
+    from fastload.benchmark.repeats import combine
+
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats}: must be at least 1")
     specs = list(specs)
+    done: list[list[RunResult]] = [[] for _ in specs]
     interrupted = False
-    for k, spec in enumerate(specs):
-        if progress is not None:
-            progress.start(spec.name, k, len(specs))
-        result = RunResult(spec.name, spec.kind, spec.source, status="partial", note="interrupted")
-        results.append(result)
-        try:
-            timed_run(spec, limits(spec) if callable(limits) else limits, model_step=model_step,
-                      progress=progress, into=result)
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            if not keep_loaders:
-                result.loader = None  # shut workers down, close shards before the next run
-            gc.collect()
+    for rep in range(repeats):
+        for k, spec in enumerate(specs):
+            if done[k] and done[k][-1].status in ("skipped", "failed"):
+                continue
+            if progress is not None:
+                name = spec.name + (f" (repeat {rep + 1}/{repeats})" if repeats > 1 else "")
+                progress.start(name, rep * len(specs) + k, repeats * len(specs))
+            result = RunResult(spec.name, spec.kind, spec.source, status="partial", note="interrupted")
+            done[k].append(result)
+            try:
+                timed_run(spec, limits(spec) if callable(limits) else limits, model_step=model_step,
+                          progress=progress, into=result)
+            except KeyboardInterrupt:
+                interrupted = True
+            finally:
+                if not keep_loaders:
+                    result.loader = None  # shut workers down, close shards before the next run
+                gc.collect()
+            if interrupted:
+                break
         if interrupted:
             break
     if progress is not None:
         progress.finish()
-    return results, interrupted
+    return [combine(results) for results in done if results], interrupted
 
 
 def _fit_warmup(limits: Limits, loader: Any) -> Limits:
@@ -188,6 +208,9 @@ def _fill(result: RunResult, clock: _Clock, nbytes: int, memory: MemoryPeak, sta
         result.samples_per_s = result.samples / result.seconds
         result.mb_per_s = nbytes / 1e6 / result.seconds
         result.wait_fraction = min(1.0, clock.wait / result.seconds)
+    if result.samples and result.seconds > 0:
+        result.median = result.min = result.max = result.samples_per_s
+        result.per_repeat, result.per_repeat_mb_s = [result.samples_per_s], [result.mb_per_s]
     result.peak_rss_mb = memory.peak_mb
 
 

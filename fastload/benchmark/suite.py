@@ -1,14 +1,19 @@
 """``bench`` and ``doctor``: the two measurements, from SRC to a report.
 
-bench:  SRC → inputs → contenders side by side (runs) → machine ceilings → report
+bench:  SRC → inputs (unreadable files left out) → contenders side by side, repeated and
+        interleaved (runs) → each stage alone of the loader the user will run → ceilings
+        → verdict → report
 doctor: SRC → the loader it would use, run with a stand-in training step → each stage alone
         → ceilings → verdict → report
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +21,7 @@ import torch
 
 from fastload.benchmark.baseline import ImageFolderBaseline
 from fastload.benchmark.contenders import fastload_rows, raw_rows, settings_text, torch_rows
-from fastload.benchmark.inputs import Inputs, resolve
+from fastload.benchmark.inputs import Inputs, resolve, skipped_note
 from fastload.benchmark.report import BenchReport
 from fastload.benchmark.ceilings import ceilings
 from fastload.benchmark.monitor import Progress
@@ -35,16 +40,17 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
           dali: bool = True, include: Collection[RunKind] = ("baseline", "raw", "fastload"),
           fastload_variants: Sequence[dict[str, Any]] = (), only: Collection[str] | None = None,
           temp_pack: int = 2000, work: str | os.PathLike[str] | None = None,
-          stage_budget: float = 0.5, measure_ceilings: bool = True,
+          stage_budget: float = 0.5, measure_ceilings: bool = True, repeats: int = 1,
           progress: bool | None = None) -> BenchReport:
     """Every contender on the same records, side by side; see :mod:`fastload.benchmark`.
 
     Args:
         src: an image folder, a packed dataset, or a folder whose packed copies are in ``packed``.
         duration, samples: bound each row: timed seconds, and samples after the warm-up.
-        cold: drop every file from the page cache before each row (one pass at most per row).
-        stages: also diagnose SRC's loader (``doctor``): stage timings and a verdict.
-        model_step: the training step ``stages`` stands in for (seconds, or a callable).
+        cold: drop every file from the page cache before each run (one pass at most per run).
+        stages: keep the stage timings behind the verdict in the report (the table shows them).
+        model_step: a training step (seconds, or a callable): the loader the verdict is about
+            runs once more with it, as ``doctor`` does, for the data-wait fraction.
         torch_grid: ``(num_workers, prefetch_factor)`` pairs for the tuned torch rows
             (default: one worker per core, prefetch 4).
         dali: add the DALI backend row after each fastload row (skipped with a note without DALI).
@@ -53,12 +59,21 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
         only: run just the rows of these names (e.g. one loader in a fresh process, for its memory).
         temp_pack, work: a folder with no packed copy gets at most this many files packed into
             a temporary dataset under ``work`` (default: the system's temp folder).
-        measure_ceilings: also measure the machine's ceilings (a few seconds); False when a
-            caller already has them (repeats of one comparison, a row rerun for its memory).
+        measure_ceilings: also measure the machine's ceilings and each stage of the loader the
+            user will run, and give the verdict (a few seconds); False when a caller already has
+            them (a row rerun for its memory).
+        repeats: run each row this many times, interleaved (A, B, C, A, B, C, ...); a row shows
+            the median and the range, ratios are paired repeat by repeat.
+
+    The verdict is about fastload on the packed dataset when there is one the user made
+    (``packed``, ``SRC.fl``, or SRC itself), else about the folder's torch loader.
     """
     _check(batch_size, duration, samples)
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats}: must be at least 1")
     cores = available_cpus()
     config = _config(src, packed, batch_size, image_size, duration, samples, cold, model_step)
+    config["repeats"] = repeats
     shown = Progress(progress)
     with resolve(src, packed, image_size=image_size, temp_pack=temp_pack, work=work) as inputs:
         config["packed"] = [str(p) for p in inputs.packed]
@@ -72,24 +87,33 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
                                    variants=fastload_variants)
         if only is not None:
             specs = [spec for spec in specs if spec.name in only]
-        runs, interrupted = run_all(specs, Limits(duration, samples, one_epoch=cold), progress=shown)
-        report = BenchReport("bench", config, runs, notes=list(inputs.notes), interrupted=interrupted)
+        runs, interrupted = run_all(specs, Limits(duration, samples, one_epoch=cold), progress=shown,
+                                    repeats=repeats)
+        report = BenchReport("bench", config, runs, notes=list(inputs.notes), interrupted=interrupted,
+                             skipped=list(inputs.skipped))
         if inputs.baseline is None:
             report.notes.append("no image folder to compare with: pass the folder as SRC and the "
                                 "dataset with --packed")
         report.compute_speedups()
         try:
-            if not interrupted:
-                if stages:
-                    _diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold,
-                                   model_step, None, stage_budget, shown)
-                elif measure_ceilings:
+            if not interrupted and (model_step or measure_ceilings):
+                target = _target(inputs, specs, report, image_size)
+                if target is None:  # that loader's row was not run, or delivered nothing
                     shown.note("measuring the machine's ceilings")
-                    probe = _probe(inputs, image_size)
-                    sample = sample_records(probe)
-                    report.ceilings = ceilings(probe, sample, cores=cores, cold=cold, budget=stage_budget,
-                                               image_size=image_size, batch_size=batch_size,
+                    probe = _probe_of(inputs.baseline if inputs.baseline is not None
+                                      else _packed_dataset(inputs.packed[0], image_size))
+                    report.ceilings = ceilings(probe, sample_records(probe), cores=cores, cold=cold,
+                                               budget=stage_budget, image_size=image_size,
+                                               batch_size=batch_size,
                                                sequential_files=_sequential(inputs, cold))
+                elif model_step:
+                    _diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold,
+                                   model_step, None, stage_budget, shown, dataset=target[0],
+                                   show_stages=stages)
+                else:
+                    dataset, spec, row = target
+                    _judge(report, inputs, _probe_of(dataset), spec.make(), row, batch_size, image_size,
+                           cold, None, stage_budget, shown, show_stages=stages)
         except KeyboardInterrupt:
             report.interrupted = True
         finally:
@@ -126,6 +150,9 @@ def doctor(src: str | os.PathLike[str] | torch.utils.data.Dataset, *, batch_size
                            num_workers, stage_budget, shown, dataset=src)
         else:
             with resolve(src, image_size=image_size, pack_missing=False) as inputs:
+                if inputs.skipped:  # the files the loader was spared, named
+                    report.skipped = list(inputs.skipped)
+                    report.notes.append(skipped_note(inputs.skipped))
                 _diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold,
                                model_step, num_workers, stage_budget, shown)
     except KeyboardInterrupt:
@@ -135,10 +162,28 @@ def doctor(src: str | os.PathLike[str] | torch.utils.data.Dataset, *, batch_size
     return report
 
 
+def _target(inputs: Inputs, specs: Sequence[RunSpec], report: BenchReport,
+            image_size: int) -> tuple[Any, RunSpec, RunResult] | None:
+    """What the verdict is about: fastload on the first packed dataset the user made, else the
+    folder with torch's DataLoader (its best row); with its spec and its measured row."""
+    mine = inputs.packed[:1] if inputs.packed and not inputs.temporary else []
+    if mine:
+        dataset = _packed_dataset(mine[0], image_size)
+        name = f"fastload {dataset.manifest.storage}"
+    elif inputs.baseline is not None:
+        dataset, name = inputs.baseline, report.reference["pipeline"]
+    else:
+        dataset = _packed_dataset(inputs.packed[0], image_size)
+        name = f"fastload {dataset.manifest.storage}"
+    row = next((r for r in report.measured() if r.name == name), None)
+    spec = next((s for s in specs if s.name == name), None)
+    return (dataset, spec, row) if row is not None and spec is not None else None
+
+
 def _diagnose_into(report: BenchReport, inputs: Inputs, batch_size: int, image_size: int,
                    duration: float, samples: int | None, cold: bool, model_step: ModelStep,
                    num_workers: int | None, budget: float, shown: Progress,
-                   dataset: torch.utils.data.Dataset | None = None) -> None:
+                   dataset: torch.utils.data.Dataset | None = None, show_stages: bool = True) -> None:
     """Run SRC's loader with the model step, then each stage alone; add the verdict to ``report``."""
     cores = available_cpus()
     if dataset is None:
@@ -156,28 +201,51 @@ def _diagnose_into(report: BenchReport, inputs: Inputs, batch_size: int, image_s
     report.interrupted |= interrupted
     if interrupted or run.status in ("skipped", "failed"):
         return
-    parallel = _parallelism(run.loader, cores)
-    pinned = bool(getattr(run.loader, "pin_memory", False))
-    run.loader = None
-    shown.note("doctor: timing each stage alone")
+    loader, run.loader = run.loader, None
+    _judge(report, inputs, probe, loader, run, batch_size, image_size, cold, model_step, budget, shown,
+           show_stages)
+
+
+def _judge(report: BenchReport, inputs: Inputs, probe: Probe, loader: Any, run: RunResult,
+           batch_size: int, image_size: int, cold: bool, model_step: ModelStep, budget: float,
+           shown: Progress, show_stages: bool) -> None:
+    """Each stage of ``loader`` alone and the machine's ceilings → the verdict about ``run``'s
+    loader (its stages stay in the report when ``show_stages``)."""
+    cores = available_cpus()
+    parallel = _parallelism(loader, cores)
+    pinned = bool(getattr(loader, "pin_memory", False))
+    del loader  # built, never iterated: only its settings were needed
+    shown.note("timing each stage alone")
     stages, sample = measure_stages(probe, batch_size=batch_size, cold=cold, budget=budget)
     for stage in stages:
         stage.parallel = parallel.get(stage.name, parallel["decode"])
-    shown.note("doctor: measuring the machine's ceilings")
+    shown.note("measuring the machine's ceilings")
     report.ceilings = ceilings(probe, sample, cores=cores, cold=cold, budget=budget, image_size=image_size,
                                batch_size=batch_size, sequential_files=_sequential(inputs, cold))
     rate = report.ceilings["h2d_pinned_mb_s" if pinned else "h2d_pageable_mb_s"]
     if rate:
         stages.append(Stage("transfer", "transfer", 3 * image_size**2 / (rate * 1e6)))
-    report.stages = stages
-    report.verdict = diagnose(Evidence(
+    if show_stages:
+        report.stages = stages
+    verdict = diagnose(Evidence(
         stages, cores, batch_size, "packed" if isinstance(probe, PackedProbe) else "folder",
         loader_rate=run.samples_per_s or None,
         wait_fraction=run.wait_fraction if model_step else None,
         model_step_s=_step_seconds(model_step, run),
         reduced_decode=isinstance(probe, PackedProbe) and probe.pipeline is not None,
         reduced_decode_s=1.0 / reduced if (reduced := report.ceilings["decode_reduced_per_core"]) else None,
-        pinned=pinned if rate else None))
+        pinned=pinned if rate else None, dali_installed=_dali_installed()))
+    report.verdict = replace(verdict, loader=run.name.removeprefix("doctor: "))
+
+
+@functools.cache
+def _dali_installed() -> bool:
+    """Whether ``import nvidia.dali`` works here (the install advice is only for when it fails)."""
+    try:
+        importlib.import_module("nvidia.dali")
+    except Exception:  # not installed, or installed but broken (CUDA libraries missing, ...)
+        return False
+    return True
 
 
 def _step_seconds(model_step: ModelStep, run: RunResult) -> float | None:
@@ -210,7 +278,9 @@ def _loader_spec(dataset: Any, batch_size: int, num_workers: int | None,
     workers = cores if num_workers is None else num_workers
     extra: dict[str, Any] = {"persistent_workers": True} if workers else {}
     size = dataset.mean_size() if isinstance(dataset, ImageFolderBaseline) else 0.0
-    spec = RunSpec(f"doctor: torch {type(dataset).__name__}", "baseline", "folder",
+    what = ("ImageFolder (folder, Pillow)" if type(dataset) is ImageFolderBaseline
+            else f"{type(dataset).__name__} (your Dataset)")
+    spec = RunSpec(f"doctor: torch {what}", "baseline", "folder",
                    lambda: torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,
                                                        num_workers=workers, **extra),
                    f"num_workers={workers}", size)
@@ -233,10 +303,10 @@ def _packed_dataset(path: Path, image_size: int) -> Any:
     return PackedDataset(path, image_size=image_size, train=True)
 
 
-def _probe(inputs: Inputs, image_size: int) -> Probe:
-    if inputs.baseline is not None:
-        return ImageFolderProbe(inputs.baseline)
-    return PackedProbe(_packed_dataset(inputs.packed[0], image_size))
+def _probe_of(dataset: Any) -> Probe:
+    from fastload.dataset import PackedDataset
+
+    return PackedProbe(dataset) if isinstance(dataset, PackedDataset) else ImageFolderProbe(dataset)
 
 
 def _sequential(inputs: Inputs, cold: bool) -> list[str]:

@@ -30,10 +30,13 @@ def _header(report: BenchReport) -> str:
     c, m = report.config, report.machine
     cache = "cold page cache (one pass per row)" if c["cold"] else "warm page cache"
     bound = f"{c['duration_s']:g} s" + (f" or {c['samples']} samples" if c["samples"] else "")
+    repeats = c.get("repeats", 1)
+    bound += (f" per run, {repeats} runs per row interleaved (median, min–max)" if repeats > 1
+              else " per row")
     step = (f", model step {c['model_step_ms']:g} ms" if c.get("model_step_ms") else
             ", model step: a callable" if c.get("model_step_callable") else "")
     return (f"fastload {report.command}: {c['source']}; batches of {c['batch_size']}, "
-            f"{c['image_size']} px train crops, {cache}, {bound} per row{step}\n"
+            f"{c['image_size']} px train crops, {cache}, {bound}{step}\n"
             f"machine: {m['cores']} cores ({m['cpu']}), torch {m['torch']}, Pillow {m['pillow']}, "
             f"CUDA {m['cuda'] or 'none'}\n"
             f"fastload JPEG decode: {m.get('jpeg_decoder', 'not recorded')}")
@@ -43,9 +46,10 @@ def _rows(report: BenchReport, markdown: bool) -> str:
     waits = bool(report.config.get("model_step_ms") or report.config.get("model_step_callable"))
     refs = {name for name in report.reference.values() if name}
     speeds = bool(refs)
-    head = ["run", "samples/s", "MB/s", *(["× ref"] if speeds else []), *(["data wait"] if waits else []),
-            "peak MB", "settings"]
-    lines = [_cells(r, r.name in refs, speeds, waits) for r in report.runs]
+    spread = report.config.get("repeats", 1) > 1
+    head = ["run", "samples/s", *(["min–max"] if spread else []), "MB/s", *(["× ref"] if speeds else []),
+            *(["data wait"] if waits else []), "peak MB", "settings"]
+    lines = [_cells(r, r.name in refs, speeds, waits, spread) for r in report.runs]
     if markdown:
         out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 2) + "---|"]
         return "\n".join(out + ["| " + " | ".join(cells) + " |" for cells in lines])
@@ -56,15 +60,24 @@ def _rows(report: BenchReport, markdown: bool) -> str:
                      for row in [head, *lines])
 
 
-def _cells(r: RunResult, is_ref: bool, speeds: bool, waits: bool) -> list[str]:
-    blank = [""] * (speeds + waits)
+def _cells(r: RunResult, is_ref: bool, speeds: bool, waits: bool, spread: bool) -> list[str]:
+    blank = [""] * (speeds + waits + spread)
     if r.status in ("skipped", "failed") or not r.samples:
-        return [r.name, r.status, "", *blank, "", r.note or ""]
+        return [r.name, r.status, "", *blank, "", _one_line(r.note)]
     speed = ["ref" if is_ref else (f"{r.speedup:.2f}x" if r.speedup is not None else "")] if speeds else []
     wait = [f"{r.wait_fraction:.0%}" if r.wait_fraction is not None else ""] if waits else []
     settings = r.settings + (f" [{r.status}: {r.note}]" if r.status != "ok" else "")
     rss = f"{r.peak_rss_mb:.0f}" if r.peak_rss_mb else ""
-    return [r.name, f"{r.samples_per_s:.0f}", f"{r.mb_per_s:.1f}", *speed, *wait, rss, settings]
+    span = [f"{r.min:.0f}–{r.max:.0f}" if r.min is not None and r.max is not None else ""] if spread else []
+    return [r.name, f"{r.samples_per_s:.0f}", *span, f"{r.mb_per_s:.1f}", *speed, *wait, rss, settings]
+
+
+def _one_line(note: str | None) -> str:
+    """A row's note in one line: a worker's traceback stays in the JSON, the table shows its last line."""
+    lines = [ln for ln in (note or "").splitlines() if ln.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else ""
+    return f"{lines[0]} ... {lines[-1].strip()}"
 
 
 def _ceilings(c: dict[str, Any]) -> str:

@@ -43,6 +43,7 @@ class Evidence:
         reduced_decode_s: seconds per sample of fastload's reduced-scale decode + crop on these
             images (None: not measured); advised only when faster than decode + transform now.
         pinned: the loader pins batches (None: no CUDA, transfer not measured).
+        dali_installed: ``import nvidia.dali`` works here, so DALI advice needs no install hint.
     """
 
     stages: Sequence[StageLike]
@@ -55,6 +56,7 @@ class Evidence:
     reduced_decode: bool = False
     reduced_decode_s: float | None = None
     pinned: bool | None = None
+    dali_installed: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,12 +71,14 @@ class Verdict:
     capacities: dict[str, float] = field(default_factory=dict)  # stage group → samples/s it allows
     predicted_rate: float | None = None  # samples/s all stages together allow
     wait_fraction: float | None = None
+    loader: str | None = None  # the row whose loader this is about (set by the caller)
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
 
     def __str__(self) -> str:
-        lines = [f"verdict: {self.label} — {self.reason}"]
+        about = f" ({self.loader})" if self.loader else ""
+        lines = [f"verdict: {self.label}{about} — {self.reason}"]
         lines += [f"  - {a}" for a in self.advice]
         return "\n".join(lines)
 
@@ -178,8 +182,8 @@ def _advice(e: Evidence, group: str, worst: StageLike) -> list[str]:
         out = [more_workers, None if e.reduced_decode else _reduced_advice(e),
                "pre-resize at pack time: `fastload pack SRC --max-side 320` (smaller JPEGs decode faster; "
                "lossy, recorded in the manifest)",
-               "decode on the GPU with DALI: fastload.DataLoader(..., backend='dali') "
-               "(pip install nvidia-dali-cuda120)"]
+               "decode on the GPU with DALI: fastload.DataLoader(..., backend='dali')"
+               + ("" if e.dali_installed else " (pip install nvidia-dali-cuda120)")]
     else:
         out = [more_workers,
                f"{worst.name} costs {_ms(worst.seconds_per_sample)} per sample: make it cheaper, or run "

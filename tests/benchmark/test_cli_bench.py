@@ -15,6 +15,7 @@ from fastload.benchmark import validate
 from tests.conftest import fastload_command, write_tree
 
 QUICK = ["--batch-size", "4", "--image-size", "32", "--duration", "0.3", "--samples", "8"]
+BENCH = [*QUICK, "--repeats", "1"]  # one run per row: the repeat tests ask for more
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -33,24 +34,34 @@ def table_rows(out: str) -> dict[str, str]:
 def test_bench_folder_and_both_packs_table_json_plot_and_verdict(cli, photos, tmp_path):
     out_json, out_png = tmp_path / "r" / "bench.json", tmp_path / "bench.png"
     result = cli("bench", photos("folder"), "--packed", photos("lmdb"), "--packed", photos("hdf5"), *QUICK,
-                 "--no-dali", "--stages", "--json", out_json, "--plot", out_png)
+                 "--repeats", "2", "--no-dali", "--stages", "--json", out_json, "--plot", out_png)
     assert result.rc == 0, result.out + result.err
     assert result.out.startswith(f"fastload bench: {photos('folder')}; batches of 4, 32 px train crops")
+    assert "per run, 2 runs per row interleaved (median, min–max)" in result.out.splitlines()[0]
     rows = table_rows(result.out)
     assert list(rows) == ["torch ImageFolder, defaults", "torch ImageFolder, tuned w2 pf4",
                           "raw reads: small files", "raw reads: fastload lmdb", "raw reads: fastload hdf5",
-                          "fastload lmdb", "fastload hdf5", "doctor: torch ImageFolderBaseline"]
+                          "fastload lmdb", "fastload hdf5"]
+    assert "min–max" in result.out.splitlines()[4]
     torch_rows = [rows["torch ImageFolder, tuned w2 pf4"], rows["torch ImageFolder, defaults"]]
     assert any(" ref " in row for row in torch_rows)
-    assert "\nverdict: " in result.out and "\nstages alone" in result.out and "\nceilings:" in result.out
+    # --packed: the verdict is about what the user will run, fastload on the first packed dataset
+    assert "\nverdict: " in result.out and "(fastload lmdb) — " in result.out
+    assert "\nstages alone" in result.out and "\nceilings:" in result.out
     assert f"json: {out_json}" in result.out and f"plot: {out_png}" in result.out
 
     doc = json.loads(out_json.read_text())
     assert validate(doc) == []
     assert doc["command"] == "bench" and doc["verdict"]["bottleneck"] in ("io", "cpu")
+    assert doc["verdict"]["loader"] == "fastload lmdb" and doc["config"]["repeats"] == 2
     assert doc["config"]["packed"] == [str(photos("lmdb")), str(photos("hdf5"))]
-    assert all(r["status"] == "ok" and r["samples"] >= 8 for r in doc["runs"])
+    assert all(r["status"] == "ok" and r["samples"] >= 16 for r in doc["runs"])  # 8+ in each of 2 runs
+    for r in doc["runs"]:
+        assert len(r["per_repeat"]) == 2 and r["min"] <= r["median"] <= r["max"], r
+        assert r["median"] == pytest.approx(r["samples_per_s"])
+        assert r["min"] == min(r["per_repeat"]) and r["max"] == max(r["per_repeat"])
     assert {r["source"] for r in doc["runs"]} == {"folder", "lmdb", "hdf5"}
+    assert "skipped" not in doc
     png = out_png.read_bytes()
     assert png.startswith(PNG_MAGIC) and len(png) > 10_000
 
@@ -58,7 +69,7 @@ def test_bench_folder_and_both_packs_table_json_plot_and_verdict(cli, photos, tm
 def test_bench_a_folder_alone_packs_it_temporarily(cli, photos, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
-    result = cli("bench", photos("folder"), *QUICK, "--no-dali", "--work", work, "--torch-workers", "1")
+    result = cli("bench", photos("folder"), *BENCH, "--no-dali", "--work", work, "--torch-workers", "1")
     assert result.rc == 0, result.err
     assert "raw reads: fastload lmdb" in table_rows(result.out)
     assert "into a temporary LMDB dataset" in result.out
@@ -67,7 +78,7 @@ def test_bench_a_folder_alone_packs_it_temporarily(cli, photos, tmp_path):
 
 
 def test_bench_a_packed_dataset_finds_its_source_folder(cli, photos):
-    result = cli("bench", photos("lmdb"), *QUICK, "--no-dali", "--torch-workers", "1")
+    result = cli("bench", photos("lmdb"), *BENCH, "--no-dali", "--torch-workers", "1")
     assert result.rc == 0, result.err
     assert "torch ImageFolder, defaults" in table_rows(result.out)
     assert f"baseline: the source folder in the manifest, {photos('folder')}" in result.out
@@ -76,13 +87,13 @@ def test_bench_a_packed_dataset_finds_its_source_folder(cli, photos):
 def test_prefetch_factor_applies_without_torch_workers(cli, photos):
     from fastload.config import available_cpus
 
-    result = cli("bench", photos("lmdb"), *QUICK, "--no-dali", "--prefetch-factor", "2")
+    result = cli("bench", photos("lmdb"), *BENCH, "--no-dali", "--prefetch-factor", "2")
     assert result.rc == 0, result.err
     assert f"torch ImageFolder, tuned w{available_cpus()} pf2" in table_rows(result.out)
 
 
 def test_bench_with_the_dali_row(cli, photos):
-    result = cli("bench", photos("lmdb"), *QUICK, "--torch-workers", "1")
+    result = cli("bench", photos("lmdb"), *BENCH, "--torch-workers", "1")
     rows = table_rows(result.out)
     dali = rows["fastload lmdb, DALI backend"]
     assert " failed " not in f" {dali} ", dali  # it runs, or is skipped with the reason
@@ -130,8 +141,8 @@ def test_a_bad_src_fails_clearly(cli, tmp_path, photos, case):
     elif case == "packed not a dataset":
         src = photos("folder")
         extra = ["--packed", tmp_path]
-        expected = f"{tmp_path}: has no manifest.json, so it is not a finished dataset"
-    result = cli(command, src, *extra, *QUICK)
+        expected = f"{tmp_path}: is empty, not a packed dataset"
+    result = cli(command, src, *extra, *(QUICK if command == "doctor" else BENCH))
     assert result.rc == 2 and result.out == ""
     assert result.err.startswith("fastload: error: ") and expected in result.err
     assert "Traceback" not in result.err
@@ -185,7 +196,7 @@ def test_ctrl_c_prints_the_partial_table(photos, tmp_path):
 
 
 def test_cold_bench_and_doctor_drop_the_cache_and_read_once(cli, photos, tmp_path):
-    result = cli("bench", photos("folder"), "--packed", photos("lmdb"), *QUICK, "--no-dali", "--cold",
+    result = cli("bench", photos("folder"), "--packed", photos("lmdb"), *BENCH, "--no-dali", "--cold",
                  "--json", tmp_path / "b.json")
     assert result.rc == 0, result.err
     assert "cold page cache (one pass per row)" in result.out.splitlines()[0]

@@ -87,3 +87,24 @@ def test_the_table_shows_rows_references_skips_and_the_verdict():
     assert "full-size JPEG decode 300/s per core × 2 cores = 600/s" in text
     markdown = made_report().table(markdown=True).splitlines()
     assert any(ln.startswith("| fastload lmdb | 160 | 4.0 | 2.00x |") for ln in markdown)
+
+
+def test_the_table_json_and_plot_show_the_median_and_range_of_repeats(tmp_path):
+    from fastload.benchmark.plot import _panels
+
+    report = made_report()
+    report.config["repeats"] = 3
+    lmdb = next(r for r in report.runs if r.name == "fastload lmdb")
+    lmdb.median, lmdb.min, lmdb.max, lmdb.per_repeat = 160.0, 1105.0 / 10, 283.32, [110.5, 160.0, 283.32]
+    header = next(ln for ln in report.table().splitlines() if ln.startswith("run "))
+    assert header.split()[:3] == ["run", "samples/s", "min–max"]
+    assert any(ln.startswith("fastload lmdb") and " 160  110–283 " in ln for ln in report.table().splitlines())
+    doc = json.loads(json.dumps(report.to_dict()))
+    assert validate(doc) == [] and doc["config"]["repeats"] == 3
+    assert {k: doc["runs"][3][k] for k in ("median", "min", "max")} == {"median": 160.0, "min": 110.5,
+                                                                         "max": 283.32}
+    bars = {b[0]: b for panel in _panels(report) for b in panel[1]}
+    assert bars["fastload lmdb"][1:] == (160.0, "fastload", (110.5, 283.32))
+    bad = copy.deepcopy(doc)
+    bad["runs"][3]["median"] = "fast"
+    assert any(p.startswith("$.runs[3].median: expected number") for p in validate(bad))

@@ -101,3 +101,54 @@ def test_a_model_step_in_seconds_is_waited_and_the_wait_fraction_falls():
 def test_results_serialise_without_the_loader():
     r = RunResult("x", "raw", "lmdb", loader=object())
     assert "loader" not in r.as_dict() and r.as_dict()["name"] == "x"
+
+
+def test_repeats_run_interleaved_and_each_row_shows_median_and_range():
+    order = []
+
+    class Logged(Batches):
+        def __init__(self, name):
+            super().__init__(count=10, size=4)
+            self.name = name
+
+        def __iter__(self):
+            order.append(self.name)
+            return super().__iter__()
+
+    specs = [RunSpec(n, "baseline", "folder", lambda n=n: Logged(n), "", 1000.0) for n in ("A", "B", "C")]
+    results, interrupted = run_all(specs, Limits(duration=60, samples=8, warmup=1), repeats=3)
+    assert not interrupted and order == ["A", "B", "C"] * 3
+    for r in results:
+        assert r.status == "ok" and len(r.per_repeat) == 3 and r.samples == 24
+        assert r.min <= r.median <= r.max and r.median == r.samples_per_s
+        assert r.min == min(r.per_repeat) and r.max == max(r.per_repeat)
+
+
+def test_a_row_that_cannot_start_is_not_retried_and_a_failure_in_any_repeat_shows():
+    built = []
+
+    def cannot():
+        built.append(1)
+        raise ImportError("no DALI here")
+
+    flaky = iter([Batches(), Batches(fail_at=2), Batches()])
+    specs = [RunSpec("dali", "dali", "lmdb", cannot), spec(None, "flaky")]
+    specs[1].make = lambda: next(flaky)
+    results, _ = run_all(specs, Limits(duration=60, samples=8, warmup=1), repeats=3)
+    assert len(built) == 1 and results[0].status == "skipped"
+    assert results[1].status == "failed" and results[1].note == "RuntimeError: disk on fire"
+
+
+def test_paired_ratios_are_the_median_of_each_repeats_own_ratio():
+    from fastload.benchmark.repeats import combine, paired_ratio
+
+    def row(rates):
+        return combine([RunResult("r", "fastload", "lmdb", samples=10, seconds=1.0, samples_per_s=x,
+                                  mb_per_s=x / 10, median=x, min=x, max=x, per_repeat=[x], per_repeat_mb_s=[x / 10])
+                        for x in rates])
+
+    # the machine slowed down in repeat 2 for both rows: paired, the ratio stays 2
+    fast, slow = row([200.0, 20.0, 220.0]), row([100.0, 10.0, 110.0])
+    assert fast.median == 200.0 and (fast.min, fast.max) == (20.0, 220.0)
+    assert paired_ratio(fast, slow) == pytest.approx(2.0)
+    assert paired_ratio(fast, slow, "mb_per_s") == pytest.approx(2.0)

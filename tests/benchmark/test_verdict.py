@@ -139,3 +139,21 @@ def test_no_stages_is_an_error_that_says_what_to_do():
 def test_the_verdict_prints_its_label_reason_and_advice():
     text = str(diagnose(Evidence(stages(read=20e-3), cores=2, batch_size=64)))
     assert text.startswith("verdict: I/O-bound — reading is ") and "\n  - pack the files" in text
+
+
+def test_dali_install_advice_only_when_dali_does_not_import(monkeypatch):
+    import sys
+
+    from fastload.benchmark import suite
+
+    missing = diagnose(Evidence(stages(), cores=2, batch_size=64, dali_installed=False))
+    there = diagnose(Evidence(stages(), cores=2, batch_size=64, dali_installed=True))
+    assert any("backend='dali') (pip install nvidia-dali-cuda120)" in a for a in missing.advice)
+    assert any(a.endswith("backend='dali')") for a in there.advice)
+    assert not any("pip install" in a for a in there.advice)
+    suite._dali_installed.cache_clear()
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # import nvidia.dali now raises ImportError
+    try:
+        assert suite._dali_installed() is False
+    finally:
+        suite._dali_installed.cache_clear()
