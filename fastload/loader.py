@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import time
 import warnings
-from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal, TypeVar
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.utils.data
 
 from fastload.backends import backend_class
-from fastload.collate import collate_images, keep_skips, skipped_in
+from fastload.collate import collate_images, keep_skips
+from fastload.delivery import LoaderIterator
 from fastload.epoch_sampler import EpochSampler
 from fastload.prefetch import ThreadPrefetcher
 from fastload.stats import LoaderStats
-from fastload.transfer import Normalizer, resolve_device, to_device
-from fastload.tuning import LoaderSettings, batch_size_of, resolve_settings, uses_builtin_pipeline
+from fastload.transfer import Normalizer, resolve_device
+from fastload.tuning import LoaderSettings, resolve_settings, uses_builtin_pipeline
 
 Auto = Literal["auto"]
 T_co = TypeVar("T_co", covariant=True)
@@ -108,7 +106,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         sampler = self.sampler
         return sampler if isinstance(sampler, EpochSampler) else None
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> LoaderIterator:  # type: ignore[override]
         # Where this iteration starts, taken before torch's iterator (or workers) pull the sampler.
         progress: dict[str, Any] = {"delivered": 0}
         sampler = self.epoch_sampler
@@ -116,41 +114,15 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             epoch, start = sampler.upcoming()
             progress.update(epoch=epoch, start=start, share=sampler.share(epoch))
         self._progress = progress
-        if self._tail is not None:  # already on the device, normalised: _deliver only counts
-            return self._deliver(self._tail.batches(iter(self.batch_sampler)), progress)
-        source: Iterator[Any] = super().__iter__()
-        if self.num_workers > 0:
-            source = _named_worker_deaths(source)
-        if self.settings.mode == "threads":
-            source = ThreadPrefetcher(source, self.settings.prefetch_batches)
-        return self._deliver(source, progress)
-
-    def _deliver(self, source: Iterator[Any], progress: dict[str, Any]) -> Iterator[Any]:
-        skips: deque[int] = deque()  # records on_error="skip" left out of each batch, in order
-        batches = _noting_skips(source, skips)
-        if self._tail is None:
-            batches = to_device(batches, self._device, self._normalizer)
-        sizes = getattr(getattr(self.dataset, "index", None), "size", None)
-        try:
-            while True:
-                started = time.perf_counter()
-                try:
-                    batch = next(batches)
-                except StopIteration:
-                    return
-                waited = time.perf_counter() - started
-                skipped = skips.popleft()
-                n = 0 if skipped and isinstance(batch, (list, tuple)) and not batch else batch_size_of(batch)
-                nbytes = 0
-                if sizes is not None and "share" in progress:
-                    at = progress["start"] + progress["delivered"]
-                    nbytes = int(np.asarray(sizes)[progress["share"][at:at + n + skipped]].sum())
-                progress["delivered"] += n + skipped  # skipped samples were consumed too: resume past them
-                self._stats.record(n, nbytes, waited, skipped)
-                yield batch
-        finally:
-            if isinstance(source, ThreadPrefetcher):
-                source.close()
+        inner: Any = None
+        if self._tail is not None:  # already on the device, normalised
+            source: Iterator[Any] = self._tail.batches(iter(self.batch_sampler))
+        else:
+            inner = source = super().__iter__()
+            if self.settings.mode == "threads":
+                source = ThreadPrefetcher(source, self.settings.prefetch_batches)
+        return LoaderIterator(self, inner, source, progress, self._stats, self._device, self._normalizer,
+                              on_device=self._tail is not None, workers=self.num_workers > 0)
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch of the next iteration (forwarded to the sampler if it has set_epoch)."""
@@ -203,34 +175,6 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         """samples/s, MB/s of payload, the fraction of wall time the loop waited for data, and
         ``skipped``: records an ``on_error="skip"`` dataset left out of the delivered batches."""
         return self._stats.as_dict()
-
-
-def _named_worker_deaths(batches: Iterator[Any]) -> Iterator[Any]:
-    """Worker processes' batches, with a worker that died while handing one over named as such.
-
-    torch reports most worker deaths itself; one killed mid-hand-over surfaces as a bare EOFError
-    or ConnectionResetError from its result queue. A worker's own exception of those types is
-    re-raised by torch with a message that starts with "Caught", and passes through unchanged.
-    """
-    while True:
-        try:
-            batch = next(batches)
-        except StopIteration:
-            return
-        except (EOFError, ConnectionError) as exc:
-            if str(exc).startswith("Caught "):
-                raise
-            raise RuntimeError(f"DataLoader worker exited unexpectedly while handing over a batch "
-                               f"({type(exc).__name__}: {exc or 'connection closed'}); it was killed "
-                               "(out of memory? see dmesg) or crashed") from exc
-        yield batch
-
-
-def _noting_skips(batches: Iterator[Any], skips: deque[int]) -> Iterator[Any]:
-    """Pass batches through, noting each one's on_error="skip" count before transfer drops it."""
-    for batch in batches:
-        skips.append(skipped_in(batch) or 0)
-        yield batch
 
 
 def _rebuilt_arguments(dataset: Any, batch_size: int | None, shuffle: bool | None, sampler: Any,

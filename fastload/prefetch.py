@@ -17,8 +17,10 @@ _running_lock = threading.Lock()
 class ThreadPrefetcher:
     """Iterates ``source`` in a daemon thread, keeping up to ``depth`` items ready.
 
-    An exception in the thread is re-raised in the consumer, unchanged; closing (or dropping)
-    the prefetcher stops the thread at its next item.
+    An exception from ``source`` is re-raised in the consumer, unchanged, in its place; the next
+    item follows it (``source`` decides whether there is one: torch's iterator carries on after
+    a batch that raised, a generator ends). Closing (or dropping) the prefetcher stops the
+    thread at its next item.
     """
 
     def __init__(self, source: Iterator[Any], depth: int) -> None:
@@ -32,12 +34,18 @@ class ThreadPrefetcher:
         with _running_lock:
             _running.add(self)
         try:
-            for item in source:
-                if not self._put((True, item)):
+            while True:
+                try:
+                    item = next(source)
+                except StopIteration:
+                    break
+                except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
+                    item, ok = exc, False  # then goes on: torch's iterator carries on after a bad batch
+                else:
+                    ok = True
+                if not self._put((ok, item)):
                     return
             self._put((True, _DONE))
-        except BaseException as exc:  # handed to the consumer, which re-raises it
-            self._put((False, exc))
         finally:
             with _running_lock:
                 _running.discard(self)
@@ -67,8 +75,7 @@ class ThreadPrefetcher:
                     raise RuntimeError("fastload: the prefetch thread ended without delivering its "
                                        "end of data or an error; the iteration is incomplete") from None
         if not ok:
-            self.close()
-            raise item
+            raise item  # the next call carries on with the item after it
         if item is _DONE:
             self.close()
             raise StopIteration

@@ -62,30 +62,48 @@ class Normalizer:
         return type(batch)([out, *batch[1:]]) if isinstance(batch, list) else (out, *batch[1:])
 
 
-def to_device(batches: Iterator[Any], device: torch.device | None,
-              normalizer: Normalizer | None) -> Iterator[Any]:
-    """Deliver batches on ``device``; on CUDA the copy of batch k+1 overlaps the loop's use of k."""
-    if device is None or device.type != "cuda":
-        for batch in batches:
-            if device is not None:
-                batch = map_tensors(batch, lambda t: t.to(device))
-            yield normalizer(batch) if normalizer else batch
-        return
-    stream = torch.cuda.Stream(device)
+class DeviceFeed:
+    """Batches delivered on ``device``; on CUDA the copy of batch k+1 overlaps the loop's use of k.
 
-    def start_copy(batch: Any) -> Any:
-        with torch.cuda.stream(stream):
-            moved = map_tensors(batch, lambda t: t.to(device, non_blocking=True))
-            return normalizer(moved) if normalizer else moved
+    An iterator object, not a generator: an error from the source (one batch's ``__getitem__``
+    raised) is raised to the loop in its place, after the batch copied ahead of it, and the next
+    ``next()`` carries on with the following batch, as torch's loader does.
+    """
 
-    ahead = None
-    for batch in batches:
-        current = start_copy(batch)
-        if ahead is not None:
-            yield _ready(ahead, stream)
-        ahead = current
-    if ahead is not None:
-        yield _ready(ahead, stream)
+    def __init__(self, batches: Iterator[Any], device: torch.device | None,
+                 normalizer: Normalizer | None) -> None:
+        self.batches, self.device, self.normalizer = batches, device, normalizer
+        self.stream = torch.cuda.Stream(device) if device is not None and device.type == "cuda" else None
+        self.ahead: Any = None
+        self.failed: BaseException | None = None  # the source's error, raised after ``ahead``
+
+    def __iter__(self) -> DeviceFeed:
+        return self
+
+    def __next__(self) -> Any:
+        if self.stream is None:
+            batch = next(self.batches)
+            if self.device is not None:
+                batch = map_tensors(batch, lambda t: t.to(self.device))
+            return self.normalizer(batch) if self.normalizer else batch
+        if self.failed is not None:
+            failed, self.failed = self.failed, None
+            raise failed
+        if self.ahead is None:
+            self.ahead = self._start_copy(next(self.batches))
+        current, self.ahead = self.ahead, None
+        try:
+            self.ahead = self._start_copy(next(self.batches))
+        except StopIteration:
+            pass
+        except Exception as exc:  # noqa: BLE001 - raised in its own turn, after ``current``
+            self.failed = exc
+        return _ready(current, self.stream)
+
+    def _start_copy(self, batch: Any) -> Any:
+        with torch.cuda.stream(self.stream):
+            moved = map_tensors(batch, lambda t: t.to(self.device, non_blocking=True))
+            return self.normalizer(moved) if self.normalizer else moved
 
 
 def _ready(batch: Any, stream: torch.cuda.Stream) -> Any:
