@@ -30,7 +30,7 @@ from converters.sources import (
 )
 from converters.writers import WRITERS
 from converters.writers.behind import WriteBehind, WriteFailed
-from fastload.config import MAX_PIXELS, available_cpus, parse_size
+from fastload.config import MAX_FILE_SIZE, MAX_PIXELS, available_cpus, parse_size
 from fastload.errors import PackError, SourceError
 from fastload.format import FORMAT_VERSION, PACK_STATE_DIR, Manifest, StorageKind, record_checksum, shard_name
 from fastload.format.files import create_new, ensure_dir, read_regular, remove_entry
@@ -41,8 +41,6 @@ OnError = Literal["fail", "skip"]
 _READ_AHEAD_BYTES = 64 * 2**20
 # Decoded pixels in flight on that pool (~400 MB as RGB); a larger image is decoded alone.
 _PIXELS_IN_FLIGHT = 128 * 2**20
-DEFAULT_MAX_FILE_SIZE = "1GB"
-"""Source files larger than this are refused before a byte is read (``--max-file-size``)."""
 
 
 def default_out(src: Path) -> Path:
@@ -62,7 +60,7 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
          quality: int | None = None, overwrite: bool = False, progress: bool | None = None,
          layout: Layout = "auto", check: Literal["header", "decode"] = "header",
          max_pixels: int = MAX_PIXELS, restart_markers: bool = False,
-         max_file_size: str | int = DEFAULT_MAX_FILE_SIZE) -> PackReport:
+         max_file_size: str | int = MAX_FILE_SIZE) -> PackReport:
     """Pack a folder or file list into a fastload dataset; see ``fastload pack --help``.
 
     Returns a PackReport (``already_packed`` when OUT holds this exact pack). Raises SourceError /

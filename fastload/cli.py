@@ -37,7 +37,7 @@ def _pack(args: argparse.Namespace) -> int:
                   extensions=args.extensions, on_error=args.on_error, max_side=args.max_side,
                   quality=args.quality, overwrite=args.overwrite, progress=False if args.quiet else None,
                   layout=args.layout, check=args.check, max_pixels=args.max_pixels,
-                  restart_markers=args.restart_markers)
+                  restart_markers=args.restart_markers, max_file_size=args.max_file_size)
     print(report.summary())
     return 0
 
@@ -187,7 +187,7 @@ def _at_least_one(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fastload.config import MAX_PIXELS
+    from fastload.config import MAX_FILE_SIZE, MAX_PIXELS
 
     from fastload import __version__
 
@@ -217,7 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "slower pack")
     p.add_argument("--max-pixels", type=int, default=MAX_PIXELS,
                    help=f"refuse larger images as decompression bombs (default {MAX_PIXELS})")
-    p.add_argument("--overwrite", action="store_true", help="replace a finished dataset at OUT")
+    p.add_argument("--max-file-size", default=MAX_FILE_SIZE, metavar="SIZE",
+                   help="skip (or, without --on-error skip, refuse) source files larger than this, "
+                        f"before reading a byte (default {MAX_FILE_SIZE})")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a finished dataset at OUT once the new one is complete (only a "
+                        "folder holding a fastload dataset alone; an identical re-run does nothing)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=_pack)
 

@@ -9,6 +9,9 @@ MAX_PIXELS = 178_956_970
 """Images over this many pixels are refused, at pack and at read, before a pixel is decoded
 (decompression bombs): Pillow's own error threshold (twice its warning one)."""
 
+MAX_FILE_SIZE = "1GB"
+"""Source files larger than this are refused by ``fastload pack`` before a byte is read."""
+
 _UNITS = {
     "": 1, "B": 1,
     "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,

@@ -403,3 +403,13 @@ def test_info_counts_huge_labels_without_allocating_by_value(tmp_path):
     assert "  2 distinct labels (no class names)" in result.stdout
     info = json.loads(run_fastload("info", tmp_path / "l.fl", "--json").stdout)
     assert info["labels"] == 2 and info["classes"] == [] and info["unlabeled"] == 0
+
+
+def test_max_file_size_skips_larger_files_before_reading_them(cli, tmp_path):
+    write_tree(tmp_path / "src", {"a/small.jpg": make_jpeg(seed=1), "a/big.jpg": make_jpeg(400, 300, seed=2)})
+    big = (tmp_path / "src" / "a" / "big.jpg").stat().st_size
+    result = cli("pack", tmp_path / "src", "-o", tmp_path / "out", "--max-file-size", "3KB")
+    assert result.rc == 2 and f"a/big.jpg: {big} bytes is over --max-file-size 3000" in result.err
+    result = cli("pack", tmp_path / "src", "-o", tmp_path / "out", "--max-file-size", "3KB", "--on-error", "skip")
+    assert result.rc == 0 and read_manifest(tmp_path / "out").num_records == 1
+    assert "skipped 1" in result.out + result.err
