@@ -10,7 +10,10 @@ from PIL import Image
 
 from converters.headers import JPEG_SOI, PNG_SIGNATURE, BadHeader, jpeg_header, png_header
 from fastload.config import MAX_PIXELS
+from fastload.decode import allow_in_pillow
 
+MAX_SIDE = 2**31 - 1
+"""Largest width or height packed: the index stores them as int32 (PNG's own limit, too)."""
 
 
 class InvalidFile(Exception):
@@ -52,7 +55,10 @@ def check_image(data: bytes, *, decode: bool = False, max_pixels: int = MAX_PIXE
             width, height = size.width, size.height
             break
     else:
+        allow_in_pillow(max_pixels)  # max_pixels, not Pillow's process-wide default, is the limit
         img, fmt, width, height = _open(data)
+    _check_side(fmt, "width", width)
+    _check_side(fmt, "height", height)
     if width * height > max_pixels:
         raise InvalidFile(f"image too large: {width}x{height} = {width * height} pixels exceeds the "
                           f"limit of {max_pixels} (decompression bomb guard); pass --max-pixels to allow it")
@@ -65,6 +71,12 @@ def check_image(data: bytes, *, decode: bool = False, max_pixels: int = MAX_PIXE
         except Exception as exc:
             raise InvalidFile(f"image does not decode ({_short(exc)})") from None
     return ImageHeader(fmt, width, height)
+
+
+def _check_side(fmt: str, name: str, value: int) -> None:
+    """Every size enters here, whichever reader found it: an image is 1..MAX_SIDE pixels each way."""
+    if not 1 <= value <= MAX_SIDE:
+        raise InvalidFile(f"{fmt} header says {name} {value}, outside 1..{MAX_SIDE}")
 
 
 def _open(data: bytes) -> tuple[Image.Image, str, int, int]:

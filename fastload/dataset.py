@@ -13,7 +13,7 @@ import torch.utils.data
 
 from fastload.collate import ImageBatch, SkipCountedList
 from fastload.config import available_cpus
-from fastload.decode import MAX_PIXELS, decode_rgb
+from fastload.decode import MAX_PIXELS, decode_rgb, pixel_limit
 from fastload.epoch_sampler import SampleKey
 from fastload.errors import CorruptRecordError, SkippedRecordWarning
 from fastload.format import Manifest, RecordIndex, read_manifest
@@ -44,7 +44,10 @@ class PackedDataset(torch.utils.data.Dataset):
             shard in each process that reads). ``ds[i]`` raises either way: one sample has no
             sound stand-in. Dataset-level damage (a missing or resized shard) always raises.
         max_pixels: refuse images larger than this before decoding them (decompression bombs),
-            with a CorruptRecordError; ``fastload pack --max-pixels`` is the pack-time twin.
+            with a CorruptRecordError; ``fastload pack --max-pixels`` is the pack-time twin. A
+            whole number (``5e8`` is accepted); it is the one read-time limit: Pillow's
+            process-wide ``Image.MAX_IMAGE_PIXELS`` is raised as far as needed (never lowered) so
+            it does not refuse an image this allows.
 
     Without ``image_size``, ``ds[i]`` is ``(PIL.Image in RGB, label)`` (``(bytes, label)`` when the
     packed files are not all images); with it, ``(uint8 tensor, label)``, and ``__getitems__``
@@ -59,16 +62,15 @@ class PackedDataset(torch.utils.data.Dataset):
                  image_size: int | tuple[int, int] | None = None, train: bool = True,
                  scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
                  resize_ratio: float = 0.875, decode_threads: int | None = None,
-                 on_error: Literal["raise", "skip"] = "raise", max_pixels: int = MAX_PIXELS) -> None:
+                 on_error: Literal["raise", "skip"] = "raise",
+                 max_pixels: int | float = MAX_PIXELS) -> None:  # noqa: PYI041 - a count, 5e8 too
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error={on_error!r}: must be 'raise' or 'skip'")
-        if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < 1:
-            raise ValueError(f"max_pixels={max_pixels!r}: must be a positive integer")
         self.on_error = on_error
-        self.max_pixels = max_pixels
+        self.max_pixels = pixel_limit(max_pixels)
         self.skipped = 0  # records skipped in this process (each worker counts its own)
         self._warned_shards: set[int] = set()
-        self.root = Path(path)
+        self.root = Path(os.path.abspath(path))  # a later os.chdir must not move the dataset
         self.transform = transform
         self.target_transform = target_transform
         if image_size is not None and transform is not None:

@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import io
 import math
+import operator
 import struct
+import threading
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 from PIL import Image
@@ -25,7 +29,8 @@ from fastload.errors import CorruptRecordError
 from fastload.transforms import CropPlan
 
 
-# What Pillow raises for bytes it cannot read; anything else is a bug and propagates.
+# What Pillow raises for bytes it cannot read, each given a message saying at which step;
+# anything else raised while decoding a record becomes its error too (_record_errors).
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error,
                   Image.DecompressionBombError)
 _JPEG_SCALES = (8, 4, 2, 1)
@@ -60,8 +65,65 @@ def _subject(where: str, data: bytes) -> str:
     return where or f"{len(data)}-byte record"
 
 
+def pixel_limit(value: object, name: str = "max_pixels") -> int:
+    """``value`` as a pixel count: a positive whole number (an integral float, ``5e8``, too)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    try:
+        count = -1 if isinstance(value, bool) else operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        count = -1
+    if count < 1:
+        raise ValueError(f"{name}={value!r}: must be a positive integer (a whole number of pixels, "
+                         "such as 500_000_000 or 5e8)")
+    return count
+
+
+_pillow_limit = threading.Lock()
+
+
+def allow_in_pillow(max_pixels: int) -> None:
+    """Raise Pillow's process-wide bomb limit so that it never refuses what ``max_pixels`` allows
+    (``fastload pack --max-pixels`` calls this too).
+
+    Pillow has no per-call limit, only ``Image.MAX_IMAGE_PIXELS`` (an error above twice it, a
+    warning above it). It is only ever raised here, under a lock, to half the largest
+    ``max_pixels`` asked for (Pillow's own warn-at-half relation), never lowered: a thread
+    decoding for another dataset always finds it at least as high as it needs. Each caller's own
+    limit is then applied by :func:`check_pixels` right after the header is read, before any pixel
+    is decoded, so the dataset's ``max_pixels`` is the one limit that decides.
+    """
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is None or 2 * limit >= max_pixels:
+        return
+    with _pillow_limit:
+        limit = Image.MAX_IMAGE_PIXELS
+        if limit is not None and 2 * limit < max_pixels:
+            # An int, as Pillow's own: max_pixels may come as 5e8; infinity turns the check off.
+            Image.MAX_IMAGE_PIXELS = -(-int(max_pixels) // 2) if math.isfinite(max_pixels) else None
+
+
+@contextmanager
+def _record_errors(data: bytes, where: str) -> Iterator[None]:
+    """Every failure to decode one record is that record's error (``on_error="skip"`` counts it).
+
+    Pillow's usual errors get their own messages below; anything else it (or the native code)
+    raises on bytes it cannot handle is named here, its type kept in the message and the chain.
+    MemoryError is not: running out of memory says nothing about the record.
+    """
+    try:
+        yield
+    except (CorruptRecordError, MemoryError):
+        raise
+    except Exception as exc:
+        raise CorruptRecordError(
+            f"{_subject(where, data)}: cannot be decoded ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
 def _open(data: bytes, where: str, max_pixels: int) -> Image.Image:
     """Header-only open; the pixel limit is checked before any pixel data is decoded."""
+    allow_in_pillow(max_pixels)
     try:
         img = Image.open(io.BytesIO(data))
     except Image.UnidentifiedImageError:
@@ -69,8 +131,11 @@ def _open(data: bytes, where: str, max_pixels: int) -> Image.Image:
             f"{_subject(where, data)}: not a readable image (cannot identify image file)"
         ) from None
     except Image.DecompressionBombError as exc:
-        # Pillow's own limit (Image.MAX_IMAGE_PIXELS * 2) applies first, whatever max_pixels is.
-        raise CorruptRecordError(f"{_subject(where, data)}: refused by Pillow ({exc})") from exc
+        # Pillow refuses over twice its limit, kept >= max_pixels by allow_in_pillow: over ours too.
+        raise CorruptRecordError(
+            f"{_subject(where, data)}: over the limit of {max_pixels} pixels, refused by Pillow as "
+            f"a possible decompression bomb ({exc}); raise max_pixels if you trust this data"
+        ) from exc
     except _DECODE_ERRORS as exc:
         raise CorruptRecordError(
             f"{_subject(where, data)}: unreadable image header ({exc})"
@@ -80,7 +145,13 @@ def _open(data: bytes, where: str, max_pixels: int) -> Image.Image:
 
 
 def check_pixels(width: int, height: int, *, where: str, max_pixels: int) -> None:
-    """Refuse an image over ``max_pixels`` (a possible decompression bomb) from its size alone."""
+    """Refuse an image over ``max_pixels`` (a possible decompression bomb), or under 1x1, from its
+    size alone."""
+    if width < 1 or height < 1:
+        raise CorruptRecordError(
+            f"{where}: the image is {width}x{height} pixels; an image is at least 1x1, "
+            "re-pack the dataset"
+        )
     if width * height > max_pixels:
         raise CorruptRecordError(
             f"{where}: {width}x{height} = {width * height} pixels is over the limit of "
@@ -124,7 +195,8 @@ def image_size(data: bytes, *, where: str = "", max_pixels: int = MAX_PIXELS) ->
     Raises:
         CorruptRecordError: The bytes are not an image, or it is over ``max_pixels``.
     """
-    return _open(data, where, max_pixels).size
+    with _record_errors(data, where):
+        return _open(data, where, max_pixels).size
 
 
 def decode_rgb(data: bytes, *, where: str = "", max_pixels: int = MAX_PIXELS) -> Image.Image:
@@ -138,9 +210,10 @@ def decode_rgb(data: bytes, *, where: str = "", max_pixels: int = MAX_PIXELS) ->
     Raises:
         CorruptRecordError: Unreadable, truncated or over-limit image.
     """
-    img = _open(data, where, max_pixels)
-    _load(img, data, where)
-    return _to_rgb(img, data, where)
+    with _record_errors(data, where):
+        img = _open(data, where, max_pixels)
+        _load(img, data, where)
+        return _to_rgb(img, data, where)
 
 
 def draft_scale(box: tuple[float, float, float, float], out_size: tuple[int, int]) -> int:
@@ -212,7 +285,8 @@ def decode_crop(
             under 2× and a gap has no effect.
 
     Raises:
-        CorruptRecordError: Unreadable, truncated or over-limit image.
+        CorruptRecordError: Unreadable, truncated or over-limit image, or any other failure to
+            decode it (the record is at fault, never the caller).
     """
     out_h, out_w = plan.out_size
     if out is not None and (out.shape != (out_h, out_w, 3) or out.dtype != np.uint8):
@@ -220,6 +294,13 @@ def decode_crop(
             f"out must be a uint8 array of shape {(out_h, out_w, 3)}, "
             f"got {out.dtype} {tuple(out.shape)}"
         )
+    with _record_errors(data, where):
+        return _decode_crop(data, plan, out, where, max_pixels, draft, region, cut, reducing_gap)
+
+
+def _decode_crop(data: bytes, plan: CropPlan, out: np.ndarray | None, where: str, max_pixels: int,
+                 draft: bool, region: bool, cut: bool, reducing_gap: float | None) -> np.ndarray:
+    """:func:`decode_crop` once ``out`` is checked: every failure from here is the record's."""
     if (region and REGION_DECODE and reducing_gap is None and data[:3] == _JPEG_MAGIC
             and _ends_whole(data)):
         pixels = _decode_jpeg_box(data, plan, draft, cut, max_pixels, out)
@@ -228,7 +309,8 @@ def decode_crop(
     # Pillow: every other format, and JPEGs the native decoder refused (Pillow decides why).
     img = _open(data, where, max_pixels)
     left, top, box_w, box_h = plan.box
-    if left < 0 or top < 0 or left + box_w > img.width + 1 or top + box_h > img.height + 1:
+    if (left < 0 or top < 0 or left >= img.width or top >= img.height
+            or left + box_w > img.width + 1 or top + box_h > img.height + 1):
         # The plan came from the index's width and height: they do not describe these bytes.
         raise CorruptRecordError(
             f"{_subject(where, data)}: the {img.format or 'image'} is {img.width}x{img.height}, too "

@@ -185,3 +185,12 @@ def test_dataloader_reports_a_worker_error_naming_the_record(packed, tmp_path):
                         multiprocessing_context="fork", timeout=120)
     with pytest.raises(CorruptRecordError, match=r"record 2 \(.*\): checksum mismatch"):
         list(loader)
+
+
+def test_a_relative_path_still_reads_after_the_working_directory_changes(packed, tmp_path, monkeypatch):
+    dataset, files = packed("lmdb")
+    monkeypatch.chdir(dataset.parent)
+    ds = PackedDataset(dataset.name)  # relative; shards open lazily, at the first read
+    monkeypatch.chdir(tmp_path)
+    assert ds.record(0)["data"] == files[ds.record(0)["path"]]
+    assert ds.root == dataset

@@ -140,26 +140,53 @@ class RecordIndex:
         self._check_consistent()
 
     def _check_consistent(self) -> None:
-        """Refuse index arrays that would point outside their shards (damage or hostile input)."""
+        """Refuse index values that would point outside their shards or mean nothing (damage or
+        hostile input), naming the first bad record. Written so no sum can wrap int64."""
         shards = self.manifest.shards
-        counts = np.array([s.num_records for s in shards], dtype=np.int64)
-        data_bytes = np.array([s.data_bytes for s in shards], dtype=np.int64)
-        where = self.root / "index"
-        if len(self.shard) and (self.shard.min() < 0 or self.shard.max() >= len(shards)):
-            raise ManifestError(f"{where}: shard numbers outside 0..{len(shards) - 1}; re-pack the dataset")
+        where = self.root / INDEX_DIR
         if not len(self.shard):
             return
-        in_range = ((self.position >= 0) & (self.position < counts[self.shard])
-                    & (self.size >= 0) & (self.offset >= 0)
-                    & (self.offset + self.size <= data_bytes[self.shard]))
+        bad_shard = (self.shard < 0) | (self.shard >= len(shards))
+        if bad_shard.any():
+            bad = int(np.flatnonzero(bad_shard)[0])
+            raise ManifestError(f"{where}: record {bad} has shard {int(self.shard[bad])}: shard numbers "
+                                f"outside 0..{len(shards) - 1} do not exist; re-pack the dataset")
+        # Manifest counts and sizes are at most 2**53 (parse_manifest): these hold them exactly.
+        counts = np.array([s.num_records for s in shards], dtype=np.int64)[self.shard]
+        data_bytes = np.array([s.data_bytes for s in shards], dtype=np.int64)[self.shard]
+        # offset <= data_bytes - size, never offset + size: an offset near 2**63 would wrap the sum.
+        # The clip keeps the subtraction inside 0..data_bytes for rows whose size is refused anyway.
+        room = data_bytes - np.clip(self.size, 0, data_bytes)
+        in_range = ((self.position >= 0) & (self.position < counts)
+                    & (self.size >= 0) & (self.size <= data_bytes)
+                    & (self.offset >= 0) & (self.offset <= room))
         if not in_range.all():
             bad = int(np.flatnonzero(~in_range)[0])
-            raise ManifestError(f"{where}: record {bad} points outside shard "
-                                f"{shards[int(self.shard[bad])].file}; re-pack the dataset")
+            shard = shards[int(self.shard[bad])]
+            raise ManifestError(
+                f"{where}: record {bad} points outside shard {shard.file} (position "
+                f"{int(self.position[bad])}, offset {int(self.offset[bad])}, size {int(self.size[bad])}; "
+                f"the shard holds {shard.num_records} records, {shard.data_bytes} data bytes); "
+                "re-pack the dataset")
+        # An image is at least 1x1; a record that is not one (or was not measured) has -1 for both.
+        sized = ((self.width >= 1) & (self.height >= 1)) | ((self.width == -1) & (self.height == -1))
+        if not sized.all():
+            bad = int(np.flatnonzero(~sized)[0])
+            start, end = int(self.path.offsets[bad]), int(self.path.offsets[bad + 1])
+            path = self.path.blob[start:end].tobytes().decode("utf-8", errors="replace")
+            raise ManifestError(
+                f"{where}: record {bad} ({path}) has width {int(self.width[bad])} and height "
+                f"{int(self.height[bad])}; an image is at least 1x1, and a record without a size has -1 "
+                "for both; re-pack the dataset")
+        # Without class names a label is any class id >= 0: nothing may allocate by its value.
         labels_ok = self.label >= -1
         if self.manifest.classes is not None:
             labels_ok &= self.label < len(self.manifest.classes)
         if not labels_ok.all():
             bad = int(np.flatnonzero(~labels_ok)[0])
-            raise ManifestError(f"{where}: record {bad} has label {int(self.label[bad])}, outside "
-                                "the class list; re-pack the dataset")
+            allowed = (f"outside the class list (-1 or 0..{len(self.manifest.classes) - 1})"
+                       if self.manifest.classes is not None else
+                       "outside -1 (unlabeled) and the class ids 0 and up")
+            raise ManifestError(f"{where}: record {bad} has label {int(self.label[bad])}, {allowed}; "
+                                "re-pack the dataset")
+

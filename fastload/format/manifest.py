@@ -66,9 +66,19 @@ def _require(cond: bool, where: str, what: str) -> None:
         raise ManifestError(f"{where}: {what}; the dataset is damaged, re-pack it with `fastload pack`")
 
 
+MAX_INT = 2**53 - 1
+"""Largest count, size or offset a manifest holds (8 PiB, 9e15 records: past any real dataset).
+
+JSON's interoperable integer range (RFC 8259: other readers parse numbers as doubles), and far
+inside int64: the index arithmetic (offset + size, sums over shards) can never wrap.
+"""
+
+
 def _int(value: Any, where: str, name: str, minimum: int = 0) -> int:
     _require(isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
              where, f"{name} must be an integer >= {minimum}, found {value!r}")
+    _require(value <= MAX_INT, where, f"{name} is {value}, over the largest count or size a manifest "
+             f"holds ({MAX_INT} = 2**53 - 1)")
     return value
 
 
