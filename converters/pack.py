@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from converters.checks import InvalidFile, check_image
+from fastload.decode import pixel_limit
 from converters.finalize import finalize
 from converters.interrupt import interrupt_between_files
 from converters.out_dir import (
@@ -161,8 +162,9 @@ def _check_options(format: str, shard_size: str | int, workers: int | None, on_e
         raise ValueError(f"max_side={max_side}: must be a positive number of pixels")
     if quality is not None and not 1 <= quality <= 100:
         raise ValueError(f"quality={quality}: must be between 1 and 100")
-    if max_pixels < 1:
+    if not isinstance(max_pixels, str) and max_pixels < 1:
         raise ValueError(f"max_pixels={max_pixels}: must be positive")
+    max_pixels = pixel_limit(max_pixels)  # a whole number; 5e8 is one
     if restart_markers:
         check_available()
     reencode = {"max_side": max_side, "quality": quality or 90} if (max_side or quality) else None

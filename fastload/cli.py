@@ -186,6 +186,12 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _whole_number(text: str) -> int | float:
+    """``5e8`` as 500000000; anything else as written, for the library to judge."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from fastload.config import MAX_FILE_SIZE, MAX_PIXELS
 
@@ -215,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rewrite JPEGs losslessly (same pixels) with restart markers, so random crops "
                         "decode from the blocks under them alone: ~11%% less time per train crop, "
                         "slower pack")
-    p.add_argument("--max-pixels", type=int, default=MAX_PIXELS,
+    p.add_argument("--max-pixels", type=_whole_number, default=MAX_PIXELS,
                    help=f"refuse larger images as decompression bombs (default {MAX_PIXELS})")
     p.add_argument("--max-file-size", default=MAX_FILE_SIZE, metavar="SIZE",
                    help="skip (or, without --on-error skip, refuse) source files larger than this, "

@@ -413,3 +413,10 @@ def test_max_file_size_skips_larger_files_before_reading_them(cli, tmp_path):
     result = cli("pack", tmp_path / "src", "-o", tmp_path / "out", "--max-file-size", "3KB", "--on-error", "skip")
     assert result.rc == 0 and read_manifest(tmp_path / "out").num_records == 1
     assert "skipped 1" in result.out + result.err
+
+
+def test_max_pixels_takes_a_whole_number_written_as_5e8(cli, tmp_path):
+    write_tree(tmp_path / "src", {"a/x.jpg": make_jpeg(seed=1)})
+    assert cli("pack", tmp_path / "src", "-o", tmp_path / "out", "--max-pixels", "5e8").rc == 0
+    result = cli("pack", tmp_path / "src", "-o", tmp_path / "bad", "--max-pixels", "1.5")
+    assert result.rc == 2 and "max_pixels=1.5: must be a positive integer" in result.err
