@@ -29,13 +29,7 @@ from fastload.format import (
     read_manifest,
 )
 from fastload.format.files import create_new, ensure_dir, remove_entry
-from fastload.format.layout import SHARD_NAME
-
-WRITE_PROBE = ".pack.write-test"
-# Names an unfinished pack may leave at OUT's top level (shards are matched by SHARD_NAME).
-_WORK_NAMES = frozenset({PACK_STATE_DIR, PACK_LOCK_NAME, WRITE_PROBE, INDEX_DIR, SKIPPED_REPORT_NAME,
-                         SKIPPED_REPORT_NAME + ".tmp", MANIFEST_NAME + ".tmp"})
-
+from fastload.format.folder import PACK_WORK_NAMES, WRITE_PROBE, left_by_a_pack
 
 @dataclass
 class OutFolder:
@@ -61,7 +55,7 @@ def inspect_out(out: Path) -> OutFolder:
     if not stat.S_ISDIR(st.st_mode):
         raise PackError(f"{out}: exists and is not a folder; choose another -o")
     names = sorted(os.listdir(out))
-    for name in sorted(_WORK_NAMES.intersection(names)):
+    for name in sorted(PACK_WORK_NAMES.intersection(names)):
         if os.path.islink(out / name):
             raise PackError(f"{out / name}: is a symbolic link where fastload keeps its own files; "
                             "fastload never writes through links: remove it")
@@ -77,7 +71,7 @@ def inspect_out(out: Path) -> OutFolder:
         raise PackError(f"{out}: holds a {MANIFEST_NAME} that is not a readable fastload manifest ({exc}); "
                         "fastload replaces only its own datasets: pack into a new or empty folder") from None
     listed = dataset_entries(manifest)
-    foreign = [n for n in names if n not in listed and n not in _WORK_NAMES]
+    foreign = [n for n in names if n not in listed and n not in PACK_WORK_NAMES]
     foreign += [f"{INDEX_DIR}/{n}" for n in _listdir(out / INDEX_DIR) if f"{INDEX_DIR}/{n}" not in listed]
     return OutFolder(out, "dataset", manifest, foreign)
 
@@ -90,12 +84,9 @@ def dataset_entries(manifest: Manifest) -> set[str]:
 
 def _unfinished_entry(out: Path, name: str) -> bool:
     """Whether ``name`` in OUT is something an interrupted pack leaves."""
-    shard = name.removesuffix(".tmp").removesuffix(".exact")
-    if SHARD_NAME.match(shard):
-        return True
     if name == INDEX_DIR:
         return all(n.endswith((".npy", ".npy.tmp")) for n in _listdir(out / INDEX_DIR))
-    return name in _WORK_NAMES
+    return left_by_a_pack(name)
 
 
 def _listdir(path: Path) -> list[str]:

@@ -24,9 +24,9 @@ from typing import Any, Literal
 
 from fastload.errors import SourceError, SourceNotFoundError
 from fastload.format.files import kind_of
+from fastload.format.layout import IMAGE_EXTENSIONS
 
 Layout = Literal["auto", "imagefolder", "flat", "list"]
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 LIST_SUFFIXES = (".csv", ".jsonl")
 _INT64 = (-(2**63), 2**63 - 1)
 _LOOP = "symlink loop (a link to a folder that contains it)"

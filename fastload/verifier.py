@@ -46,10 +46,7 @@ class VerifyReport:
 def verify(path: str | os.PathLike[str], *, decode: bool = False,
            progress: Callable[[int], None] | None = None) -> VerifyReport:
     """Recompute every record's checksum (``decode=True``: also decode every image)."""
-    from fastload.summary import require_dataset
-
     root = Path(path)
-    require_dataset(root)  # a source folder, an empty one or an unfinished pack: say which
     manifest = read_manifest(root)
     index = RecordIndex(root, manifest)
     report = VerifyReport(root=root, num_records=manifest.num_records)

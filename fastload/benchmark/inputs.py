@@ -65,12 +65,9 @@ def resolve(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]
     if not root.is_dir():
         raise SourceError(f"{root}: is a file; pass an image folder or a packed dataset "
                           "(the directory `fastload pack` writes)")
-    from fastload.summary import require_dataset
-
     extra = [Path(p) for p in packed]
     for path in extra:
-        require_dataset(path)  # a clear error for a path that is not a finished dataset
-        read_manifest(path)
+        read_manifest(path)  # a clear error for a path that is not a finished dataset
     if is_packed(root):
         read_manifest(root)
         inputs = Inputs(root, "packed", _source_folder(root, image_size), [root, *extra])

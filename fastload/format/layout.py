@@ -16,6 +16,9 @@ SKIPPED_REPORT_NAME = "skipped.jsonl"
 PACK_STATE_DIR = ".pack"
 PACK_LOCK_NAME = ".pack.lock"
 
+# Files packed as images (decoded by the image pipeline); other files are packed as bytes.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
 StorageKind = Literal["lmdb", "hdf5"]
 STORAGE_KINDS: tuple[StorageKind, ...] = ("lmdb", "hdf5")
 SHARD_SUFFIX: dict[str, str] = {"lmdb": ".lmdb", "hdf5": ".h5"}

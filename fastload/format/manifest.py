@@ -184,10 +184,9 @@ def read_manifest(dataset_dir: str | os.PathLike[str]) -> Manifest:
     try:
         raw = read_regular(path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
-        raise DatasetNotFoundError(
-            f"{root}: has no {MANIFEST_NAME}, so it is not a finished dataset (an interrupted pack?); "
-            "run the same `fastload pack` command again to finish it"
-        ) from None
+        from fastload.format.folder import missing_manifest_message
+
+        raise DatasetNotFoundError(missing_manifest_message(root)) from None
     except OSError as exc:
         raise ManifestError(f"{path}: cannot be read ({exc.strerror}); re-pack the dataset") from None
     return parse_manifest(raw.decode("utf-8", errors="replace"), str(path))

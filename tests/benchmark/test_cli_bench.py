@@ -164,7 +164,7 @@ def test_tune_prints_the_settings_and_the_grid(cli, photos):
     doc = json.loads(result.out)
     assert doc["mode"] in ("main", "threads", "processes") and "tune" in doc["reasons"]
     missing = cli("tune", photos("folder"))
-    assert missing.rc == 2 and "has no manifest.json" in missing.err
+    assert missing.rc == 2 and "is a folder of images, not a packed dataset; pack it with" in missing.err
 
 
 def test_ctrl_c_prints_the_partial_table(photos, tmp_path):

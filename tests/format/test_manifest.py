@@ -164,7 +164,7 @@ def test_a_missing_directory_or_manifest_is_not_found(tmp_path, dataset):
     with pytest.raises(DatasetNotFoundError, match="no such packed dataset"):
         PackedDataset(tmp_path / "nothing")
     (dataset / "manifest.json").unlink()
-    with pytest.raises(DatasetNotFoundError, match="has no manifest.json, so it is not a finished dataset"):
+    with pytest.raises(DatasetNotFoundError, match="holds an unfinished pack .*not a finished dataset"):
         PackedDataset(dataset)
     with pytest.raises(FileNotFoundError):  # the builtin a caller catches
         read_manifest(dataset)
