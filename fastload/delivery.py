@@ -61,6 +61,7 @@ class LoaderIterator(_BaseDataLoaderIter):
         try:
             batch = next(self._batches)
         except StopIteration:
+            self._progress["finished"] = True
             self._close()
             raise
         except (EOFError, ConnectionError) as exc:

@@ -34,29 +34,44 @@ class EpochSampler(Sampler):
         self.rank, self.world_size, self.drop_last, self.keyed = rank, world_size, drop_last, keyed
         self.epoch = 0
         self.start = 0  # samples of this epoch's share already delivered (resume position)
+        self.consumed = 0  # samples of this epoch's global order delivered before an elastic resume
+        self.running: dict | None = None  # the loader's progress of the iteration it began last
         self._started = False  # an iteration has begun: the next one moves to the next epoch
         self._pinned = False  # set_epoch/resume chose the next iteration's epoch explicitly
         rank_share(0, seed=seed, epoch=0, shuffle=shuffle, rank=rank, world_size=world_size,
                    drop_last=drop_last)  # validates rank and world_size now, not at the first batch
 
     def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch of the next iteration (and restart it from its beginning)."""
+        """Choose the epoch of the next iteration (and restart it from its beginning).
+
+        The epoch of an iteration that has begun and delivered nothing yet is confirmed, not
+        restarted: PyTorch Lightning calls ``iter(loader)`` and then ``set_epoch`` with the same
+        epoch, and a prefetch thread may already have drawn the order (or a resume position).
+        """
         if epoch < 0:
             raise ValueError(f"epoch={epoch}: must be >= 0")
-        self.epoch, self.start = int(epoch), 0
+        running = self.running
+        if (running is not None and running.get("epoch") == epoch and running["delivered"] == 0
+                and not running.get("finished")):
+            return
+        self.epoch, self.start, self.consumed = int(epoch), 0, 0
         self._pinned = True
 
-    def resume(self, epoch: int, position: int) -> None:
-        """Make the next iteration yield ``epoch``'s share from ``position`` on."""
+    def resume(self, epoch: int, position: int, consumed: int = 0) -> None:
+        """Make the next iteration yield ``epoch``'s share from ``position`` on, after ``consumed``
+        samples of the epoch's global order were delivered by ranks of another world size."""
+        self.running = None
         self.set_epoch(epoch)
-        resume_order(self.share(), position)  # validates position against this epoch's share
+        self.consumed = int(consumed)
+        resume_order(self.share(), position)  # validates both against this epoch's order
         self.start = int(position)
 
     def share(self, epoch: int | None = None) -> np.ndarray:
         """This rank's whole order for ``epoch`` (default: the current epoch)."""
         epoch = self.epoch if epoch is None else epoch
         return rank_share(self.num_samples, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
-                          rank=self.rank, world_size=self.world_size, drop_last=self.drop_last)
+                          rank=self.rank, world_size=self.world_size, drop_last=self.drop_last,
+                          consumed=self.consumed if epoch == self.epoch else 0)
 
     @property
     def pinned(self) -> bool:
@@ -72,7 +87,10 @@ class EpochSampler(Sampler):
     def __iter__(self) -> Iterator[int | SampleKey]:
         # Each new iteration is the next epoch unless set_epoch()/resume() chose one: forgetting
         # set_epoch must not repeat the same order every epoch.
-        self.epoch, self.start = self.upcoming()
+        epoch, self.start = self.upcoming()
+        if epoch != self.epoch:
+            self.consumed = 0  # an elastic resume's offset belongs to its epoch alone
+        self.epoch = epoch
         self._started, self._pinned = True, False
         order = resume_order(self.share(), self.start)
         if not self.keyed:
@@ -82,6 +100,7 @@ class EpochSampler(Sampler):
 
     def __len__(self) -> int:
         """Samples the next iteration yields (what a progress bar reads before iterating)."""
-        n, w = self.num_samples, self.world_size
+        epoch, start = self.upcoming()
+        n, w = self.num_samples - (self.consumed if epoch == self.epoch else 0), self.world_size
         per_rank = n // w if self.drop_last else -(-n // w)
-        return per_rank - self.upcoming()[1]
+        return per_rank - start

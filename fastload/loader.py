@@ -112,7 +112,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         sampler = self.epoch_sampler
         if sampler is not None:
             epoch, start = sampler.upcoming()
-            progress.update(epoch=epoch, start=start, share=sampler.share(epoch))
+            progress.update(epoch=epoch, start=start, share=sampler.share(epoch),
+                            consumed=sampler.consumed if epoch == sampler.epoch else 0)
+            sampler.running = progress
         self._progress = progress
         inner: Any = None
         if self._tail is not None:  # already on the device, normalised
@@ -143,25 +145,36 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         progress = self._progress
         if "epoch" in progress and not sampler.pinned:
             epoch, position = progress["epoch"], progress["start"] + progress["delivered"]
+            consumed = progress["consumed"]
         else:  # no iteration yet, or set_epoch()/load_state_dict() chose the next one
             epoch, position = sampler.upcoming()
-        return {"epoch": epoch, "position": position, "seed": sampler.seed,
+            consumed = sampler.consumed if epoch == sampler.epoch else 0
+        return {"epoch": epoch, "position": position, "consumed": consumed, "seed": sampler.seed,
                 "num_samples": sampler.num_samples, "world_size": sampler.world_size,
                 "rank": sampler.rank, "shuffle": sampler.shuffle, "drop_last": sampler.drop_last}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume: the next iteration yields exactly the samples the saved loader had not delivered."""
+        """Resume: the next iteration yields exactly the samples the saved loader had not delivered.
+
+        The state of any rank serves (DDP ranks deliver in step), also on another number of ranks
+        (elastic): the samples the saved ranks delivered are a prefix of the epoch's global order,
+        and the rest of it is shared out among the new ranks as an epoch would be (``drop_last``
+        truncates it to a multiple of the new world size, padding repeats its start).
+        """
         sampler = self._require_sampler("load_state_dict")
-        for name in ("seed", "num_samples", "world_size", "rank", "shuffle", "drop_last"):
+        for name in ("seed", "num_samples", "shuffle", "drop_last"):
             if name in state and state[name] != getattr(sampler, name):
                 raise ValueError(f"load_state_dict: the state has {name}={state[name]!r} but this loader "
                                  f"has {getattr(sampler, name)!r}; resume with the same dataset and settings")
-        epoch, position = int(state["epoch"]), int(state["position"])
-        sampler.resume(epoch, 0)
+        epoch, position, consumed = int(state["epoch"]), int(state["position"]), int(state.get("consumed", 0))
+        saved_world = int(state.get("world_size", sampler.world_size))
+        if saved_world != sampler.world_size:  # elastic: from a prefix of the global order
+            consumed, position = min(consumed + position * saved_world, sampler.num_samples), 0
+        sampler.resume(epoch, 0, consumed)
         if position == len(sampler.share()):
             sampler.resume(epoch + 1, 0)  # that epoch was complete
         else:
-            sampler.resume(epoch, position)
+            sampler.resume(epoch, position, consumed)
         self._progress = {}
 
     def _require_sampler(self, what: str) -> EpochSampler:

@@ -52,6 +52,7 @@ def rank_share(
     rank: int,
     world_size: int,
     drop_last: bool,
+    consumed: int = 0,
 ) -> np.ndarray:
     """The indices one DDP rank reads this epoch; every rank gets the same count.
 
@@ -75,6 +76,8 @@ def rank_share(
         rank: This process's rank, ``0 <= rank < world_size``.
         world_size: Number of ranks (>= 1).
         drop_last: Truncate (True) or pad (False) to a multiple of ``world_size``.
+        consumed: Samples at the start of the global order already delivered, by ranks of
+            another world size (an elastic resume): the rest of the order is shared out as above.
 
     Returns:
         An int64 array of ``floor(N / W)`` (drop) or ``ceil(N / W)`` (pad) record indices.
@@ -84,11 +87,14 @@ def rank_share(
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank={rank} is out of range for world_size={world_size}")
-    order = epoch_order(num_samples, seed=seed, epoch=epoch, shuffle=shuffle)
+    if not 0 <= consumed <= num_samples:
+        raise ValueError(f"consumed={consumed} is outside 0..{num_samples}")
+    order = epoch_order(num_samples, seed=seed, epoch=epoch, shuffle=shuffle)[consumed:]
+    left = len(order)
     if drop_last:
-        order = order[: num_samples - num_samples % world_size]
-    elif num_samples % world_size and num_samples:
-        total = -(-num_samples // world_size) * world_size
+        order = order[: left - left % world_size]
+    elif left % world_size and left:
+        total = -(-left // world_size) * world_size
         # np.resize repeats the array cyclically, which also covers N < W - 1.
         order = np.resize(order, total)
     return take_part(order, rank, world_size)

@@ -234,3 +234,21 @@ def test_len_is_the_length_of_the_next_iteration(id_packed):
     assert sum(1 for _ in loader) == 6
     assert len(loader) == 8
     assert sum(1 for _ in loader) == 8
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_iter_then_set_epoch_as_lightning_does_keeps_the_state_right(id_packed, num_workers):
+    """Lightning calls iter(loader) and then sampler.set_epoch(epoch): the prefetch thread (or
+    the workers) may have drawn the order already. state_dict() must still say where the loop is;
+    it once said position 0 after a whole epoch (2 of 7 runs). Run many times: it was a race."""
+    loader = make_loader(id_packed("lmdb"), num_workers)
+    share = len(loader.epoch_sampler.share(0))
+    for run in range(50 if num_workers == 0 else 8):
+        epoch = run
+        it = iter(loader)
+        loader.epoch_sampler.set_epoch(epoch)
+        taken = sum(len(batch[1]) for _, batch in zip(range(3), it))
+        assert loader.state_dict()["epoch"] == epoch and loader.state_dict()["position"] == taken
+        taken += sum(len(batch[1]) for batch in it)
+        state = loader.state_dict()
+        assert (state["epoch"], state["position"]) == (epoch, share), run
