@@ -30,5 +30,7 @@ def test_decode_mode_pack_keeps_decoded_pixels_in_flight_bounded(tmp_path):
     assert done.returncode == 0, done.stderr
     records, peak_mb = map(int, done.stdout.split())
     assert records == 8
-    # 8 threads decoding at once would hold 8 x 144 MB; the budget (~134 Mpx) allows two at a time.
-    assert peak_mb < 700, f"peak RSS {peak_mb} MB"
+    # 1,147 MB before: decode threads kept freed images in their malloc arenas (see readahead.py);
+    # now ~410 MB (two of these decoded at once, 190 MB each in Pillow, under the ~134 Mpx budget),
+    # once 774 MB on a machine loaded by a parallel test run: the bound leaves room for that.
+    assert peak_mb < 900, f"peak RSS {peak_mb} MB"

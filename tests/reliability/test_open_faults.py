@@ -132,7 +132,7 @@ def test_a_missing_index_folder_or_an_empty_directory(id_set, tmp_path):
     with pytest.raises(ManifestError, match=r"index column 'label' cannot be read \(No such file"):
         fastload.PackedDataset(dataset)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(DatasetNotFoundError, match="not a finished dataset"):
+    with pytest.raises(DatasetNotFoundError, match="is empty, not a packed dataset"):
         fastload.PackedDataset(tmp_path / "empty")
 
 
