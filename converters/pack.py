@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from converters.checks import InvalidFile, check_image
-from fastload.decode import pixel_limit
 from converters.finalize import finalize
 from converters.interrupt import interrupt_between_files
 from converters.out_dir import (
@@ -32,6 +31,7 @@ from converters.sources import (
 from converters.writers import WRITERS
 from converters.writers.behind import WriteBehind, WriteFailed
 from fastload.config import MAX_FILE_SIZE, MAX_PIXELS, available_cpus, parse_size
+from fastload.decode import pixel_limit
 from fastload.errors import PackError, SourceError
 from fastload.format import FORMAT_VERSION, PACK_STATE_DIR, Manifest, StorageKind, record_checksum, shard_name
 from fastload.format.files import create_new, ensure_dir, read_regular, remove_entry
@@ -162,9 +162,7 @@ def _check_options(format: str, shard_size: str | int, workers: int | None, on_e
         raise ValueError(f"max_side={max_side}: must be a positive number of pixels")
     if quality is not None and not 1 <= quality <= 100:
         raise ValueError(f"quality={quality}: must be between 1 and 100")
-    if not isinstance(max_pixels, str) and max_pixels < 1:
-        raise ValueError(f"max_pixels={max_pixels}: must be positive")
-    max_pixels = pixel_limit(max_pixels)  # a whole number; 5e8 is one
+    max_pixels = pixel_limit(max_pixels)  # a positive whole number; 5e8 is one
     if restart_markers:
         check_available()
     reencode = {"max_side": max_side, "quality": quality or 90} if (max_side or quality) else None

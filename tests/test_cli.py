@@ -190,7 +190,7 @@ def test_an_unwritable_output_folder_fails_clearly(world_tmp, exists):
     (["--quality", "0"], "quality=0: must be between 1 and 100"),
     (["--max-side", "-5"], "max_side=-5: must be a positive number of pixels"),
     (["--workers", "0"], "workers=0: must be at least 1"),
-    (["--max-pixels", "0"], "max_pixels=0: must be positive"),
+    (["--max-pixels", "0"], "max_pixels=0: must be a positive integer"),
 ])
 def test_bad_option_values_fail_with_exit_2(cli, imagefolder, tmp_path, argv, message):
     src, _ = imagefolder
