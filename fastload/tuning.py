@@ -4,7 +4,8 @@ What "auto" resolves to is a pure function of facts that do not change between t
 script on one machine: the dataset's type, the cores this process may use, the arguments given,
 CUDA, and ``FASTLOAD_NUM_WORKERS``. It never calls the dataset (a Dataset that opens its file
 lazily in ``__getitem__`` would open it in the parent, before the fork) and never times anything;
-``tune`` measures, when asked.
+``tune`` measures, when asked. For a Dataset of the user's own it is torch's default (0 worker
+processes): workers would pickle it and its samples, which torch's default never asks of them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import torch
-from torch.utils.data import Dataset, IterableDataset
+from torch.utils.data import Dataset
 
 from fastload.config import available_cpus, env_int
 
@@ -48,18 +49,6 @@ def uses_builtin_pipeline(dataset: Dataset) -> bool:
     return isinstance(dataset, PackedDataset) and dataset.pipeline is not None
 
 
-def _in_memory(dataset: Dataset) -> bool:
-    """Datasets whose samples are tensors already in memory (a Subset or concatenation of them too)."""
-    data = torch.utils.data
-    if isinstance(dataset, data.TensorDataset):
-        return True
-    if isinstance(dataset, data.Subset):
-        return _in_memory(dataset.dataset)
-    if isinstance(dataset, data.ConcatDataset):
-        return all(_in_memory(d) for d in dataset.datasets)
-    return False
-
-
 def resolve_settings(dataset: Dataset, *, batch_size: int | None, num_workers: int | str,
                      prefetch_factor: int | None | str, pin_memory: bool | str,
                      device: torch.device | None, timeout: float = 0) -> LoaderSettings:
@@ -76,15 +65,7 @@ def resolve_settings(dataset: Dataset, *, batch_size: int | None, num_workers: i
     elif override is not None:
         workers, mode = max(override, 0), "processes" if override > 0 else "main"
         reasons["num_workers"] = f"{workers}: FASTLOAD_NUM_WORKERS={override} in the environment"
-    elif isinstance(dataset, IterableDataset):
-        if timeout > 0:
-            raise ValueError(f"timeout={timeout} needs worker processes, and num_workers='auto' keeps an "
-                             "IterableDataset in the main process (workers would duplicate it unless it "
-                             "splits itself by get_worker_info()); pass num_workers yourself, or timeout=0")
-        workers, mode = 0, "main"
-        reasons["num_workers"] = ("0: an IterableDataset that does not split itself by "
-                                  "get_worker_info() would be duplicated by workers; set it yourself")
-    elif timeout > 0:
+    elif uses_builtin_pipeline(dataset) and timeout > 0:
         workers, mode = min(cores, 8), "processes"
         reasons["num_workers"] = (f"{workers}: one per available core ({cores}); timeout={timeout} "
                                   "was given, and only worker processes can time out")
@@ -93,15 +74,11 @@ def resolve_settings(dataset: Dataset, *, batch_size: int | None, num_workers: i
         reasons["num_workers"] = (f"0 worker processes: {cores} cores decode each batch in threads "
                                   "(Pillow releases the GIL), with no pickling or shared-memory copies, "
                                   "in a background thread that stays ahead of the loop")
-    elif _in_memory(dataset):
-        workers, mode = 0, "main"
-        reasons["num_workers"] = ("0: the samples are tensors in memory; a worker's pickling and "
-                                  "IPC would cost more than indexing them")
     else:
-        workers, mode = min(cores, 8), "processes"
-        reasons["num_workers"] = (f"{workers}: one per available core ({cores}), for a Dataset whose "
-                                  "__getitem__ reads or decodes; chosen from these facts alone, never by "
-                                  "calling the dataset here (fastload.tune measures, when asked)")
+        workers, mode = 0, "main"
+        reasons["num_workers"] = ("0: torch's default for a Dataset of your own, whose samples may not "
+                                  "pickle or may need its files opened per process; pass num_workers "
+                                  "(or run fastload.tune) to use worker processes")
     if prefetch_factor == "auto":
         prefetch = 2 if workers else None
         reasons["prefetch_factor"] = ("2 batches per worker (enough to hide per-batch jitter)"

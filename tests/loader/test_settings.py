@@ -36,11 +36,14 @@ def test_settings_are_frozen_with_a_reason_for_each_argument(id_packed):
     assert (loader.num_workers, loader.prefetch_factor) == (0, None)  # what torch was given
 
 
-def test_iterable_dataset_gets_no_workers():
-    loader = fastload.DataLoader(Stream(), batch_size=2)
-    assert (loader.settings.num_workers, loader.settings.mode) == (0, "main")
-    assert "IterableDataset" in loader.settings.reasons["num_workers"]
-    assert epoch(loader) == epoch(TorchLoader(Stream(), batch_size=2))  # each item exactly once
+def test_a_dataset_of_your_own_gets_torchs_default():
+    """Workers would pickle the dataset and its samples (under spawn or forkserver too), which
+    torch's default never asks: an IterableDataset would also be read once per worker."""
+    for dataset in (Stream(), Numbers(), torch.utils.data.TensorDataset(torch.arange(8))):
+        loader = fastload.DataLoader(dataset, batch_size=2)
+        assert (loader.settings.num_workers, loader.settings.mode) == (0, "main")
+        assert "torch's default" in loader.settings.reasons["num_workers"]
+        assert epoch(loader) == epoch(TorchLoader(dataset, batch_size=2))  # each item exactly once
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
@@ -109,10 +112,10 @@ def test_auto_never_calls_the_dataset_in_the_parent():
 
     _Counted.calls.clear()
     loader = fastload.DataLoader(_Counted(), batch_size=4)
+    assert _Counted.calls.get(os.getpid(), 0) == 0  # constructing read nothing (it read 17 before)
+    workers = fastload.DataLoader(_Counted(), batch_size=4, num_workers=2)
     assert _Counted.calls.get(os.getpid(), 0) == 0
-    assert loader.settings.mode == "processes" and loader.num_workers >= 1
-    assert epoch(loader) == epoch(TorchLoader(Numbers(), batch_size=4))
-    assert _Counted.calls.get(os.getpid(), 0) == 0  # the workers read every sample
+    assert epoch(workers) == epoch(loader) == epoch(TorchLoader(Numbers(), batch_size=4))
 
 
 def test_auto_is_the_same_on_every_construction(id_packed):
@@ -122,12 +125,7 @@ def test_auto_is_the_same_on_every_construction(id_packed):
         assert len(seen) == 1, seen
 
 
-def test_in_memory_tensors_stay_in_the_main_process_and_the_environment_overrides_auto(monkeypatch):
-    tensors = torch.utils.data.TensorDataset(torch.arange(10))
-    for dataset in (tensors, torch.utils.data.Subset(tensors, [1, 2]),
-                    torch.utils.data.ConcatDataset([tensors, tensors])):
-        settings = fastload.DataLoader(dataset, batch_size=2).settings
-        assert (settings.mode, settings.num_workers) == ("main", 0)
+def test_the_environment_overrides_auto(monkeypatch):
     monkeypatch.setenv("FASTLOAD_NUM_WORKERS", "1")
     settings = fastload.DataLoader(Numbers(), batch_size=2).settings
     assert (settings.mode, settings.num_workers) == ("processes", 1)
@@ -285,6 +283,8 @@ def test_a_timeout_makes_auto_choose_worker_processes(id_packed):
     assert sorted(ids_and_pixels(loader)[0]) == list(range(ID_RECORDS))
 
 
-def test_a_timeout_with_an_auto_iterable_dataset_is_refused_clearly():
-    with pytest.raises(ValueError, match="timeout=5 needs worker processes"):
-        fastload.DataLoader(Stream(), batch_size=2, timeout=5)
+def test_a_timeout_with_a_dataset_of_your_own_is_what_torch_makes_of_it():
+    for dataset in (Stream(), Numbers()):
+        theirs = _outcome(lambda: list(TorchLoader(dataset, batch_size=2, timeout=5)))
+        assert theirs[0] != "ok" and _outcome(lambda: list(fastload.DataLoader(dataset, batch_size=2,
+                                                                                timeout=5))) == theirs
