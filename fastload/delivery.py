@@ -80,6 +80,7 @@ class LoaderIterator(_BaseDataLoaderIter):
         progress["delivered"] += n + skipped  # skipped samples were consumed too: resume past them
         self._stats.record(n, nbytes, waited, skipped)
         self._num_yielded += 1
+        progress["batches"] = self._num_yielded  # what a resume of any other sampler counts
         return batch
 
     def _close(self) -> None:

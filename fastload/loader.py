@@ -15,6 +15,7 @@ from fastload.collate import collate_images, keep_skips
 from fastload.delivery import LoaderIterator
 from fastload.epoch_sampler import EpochSampler
 from fastload.prefetch import ThreadPrefetcher
+from fastload.resume import ResumableSampler, iterable_state, load_iterable_state
 from fastload.stats import LoaderStats
 from fastload.transfer import Normalizer, resolve_device
 from fastload.tuning import LoaderSettings, resolve_settings, uses_builtin_pipeline
@@ -106,6 +107,18 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         sampler = self.sampler
         return sampler if isinstance(sampler, EpochSampler) else None
 
+    @property
+    def _index_sampler(self) -> Any:
+        """What torch's iterators and len() draw indices from: for a loader without fastload's
+        EpochSampler, the sampler wrapped so that any pass can be resumed (fastload.resume)."""
+        base = super()._index_sampler
+        if self.epoch_sampler is not None or isinstance(self.dataset, torch.utils.data.IterableDataset):
+            return base
+        resumable = self.__dict__.get("_resumable")
+        if resumable is None or resumable.base is not base:
+            resumable = self.__dict__["_resumable"] = ResumableSampler(base)  # one per sampler: it holds the pass
+        return resumable
+
     def __iter__(self) -> LoaderIterator:  # type: ignore[override]
         # Where this iteration starts, taken before torch's iterator (or workers) pull the sampler.
         progress: dict[str, Any] = {"delivered": 0}
@@ -135,13 +148,19 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this loader is: the epoch and how many of its samples were delivered."""
-        sampler = self._require_sampler("state_dict")
+        """Where this loader is: for fastload's EpochSampler the epoch and how many of its samples
+        were delivered; for any other sampler what decided this pass's order and how many batches
+        were delivered (see fastload.resume); for an IterableDataset its own ``state_dict()``."""
         if not self.in_order and self.num_workers > 0:
             # Only a count of delivered samples is kept: right when batches arrive in sampler order.
             warnings.warn("state_dict: with in_order=False, workers may deliver batches out of "
                           "order, and a resume from this state can repeat some samples and skip others; "
                           "keep in_order=True (the default) for an exact resume", stacklevel=2)
+        sampler = self.epoch_sampler
+        if sampler is None:
+            if isinstance(self.dataset, torch.utils.data.IterableDataset):
+                return iterable_state(self.dataset, num_workers=self.num_workers)
+            return self._index_sampler.state(self._progress.get("batches", 0))
         progress = self._progress
         if "epoch" in progress and not sampler.pinned:
             epoch, position = progress["epoch"], progress["start"] + progress["delivered"]
@@ -161,7 +180,14 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         and the rest of it is shared out among the new ranks as an epoch would be (``drop_last``
         truncates it to a multiple of the new world size, padding repeats its start).
         """
-        sampler = self._require_sampler("load_state_dict")
+        sampler = self.epoch_sampler
+        if sampler is None:
+            if isinstance(self.dataset, torch.utils.data.IterableDataset):
+                load_iterable_state(self.dataset, state, num_workers=self.num_workers)
+            else:
+                self._index_sampler.load(state)
+            self._progress = {}
+            return
         for name in ("seed", "num_samples", "shuffle", "drop_last"):
             if name in state and state[name] != getattr(sampler, name):
                 raise ValueError(f"load_state_dict: the state has {name}={state[name]!r} but this loader "
@@ -176,13 +202,6 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         else:
             sampler.resume(epoch, position, consumed)
         self._progress = {}
-
-    def _require_sampler(self, what: str) -> EpochSampler:
-        sampler = self.epoch_sampler
-        if sampler is None:
-            raise TypeError(f"{what} needs fastload's EpochSampler: use a PackedDataset or pass "
-                            "distributed=True, and no sampler/batch_sampler of your own")
-        return sampler
 
     def stats(self) -> dict[str, float]:
         """samples/s, MB/s of payload, the fraction of wall time the loop waited for data, and

@@ -11,7 +11,7 @@ import torch
 
 import fastload
 
-from .helpers import ID_RECORDS, Numbers, ids_and_pixels
+from .helpers import ID_RECORDS, Numbers, Stream, ids_and_pixels
 
 BATCH = 5  # 37 records (ID_RECORDS): 7 full batches and one of 2
 
@@ -124,12 +124,21 @@ def test_load_state_dict_refuses_other_settings(id_packed):
         make_loader(path, 0).load_state_dict({**state, "position": 38})
 
 
-def test_state_dict_needs_fastloads_sampler():
+def test_any_dataset_resumes_and_a_state_of_the_other_kind_is_refused_clearly():
     loader = fastload.DataLoader(Numbers(), batch_size=4, shuffle=True, num_workers=0)
-    for call in (loader.state_dict, lambda: loader.load_state_dict({"epoch": 0, "position": 0}),
-                 lambda: loader.set_epoch(1)):
-        with pytest.raises(TypeError):
-            call()
+    it = iter(loader)
+    first = [next(it)[0].tolist() for _ in range(2)]
+    state = loader.state_dict()
+    rest = [b[0].tolist() for b in it]
+    resumed = fastload.DataLoader(Numbers(), batch_size=4, shuffle=True, num_workers=2)
+    resumed.load_state_dict(state)
+    assert [b[0].tolist() for b in resumed] == rest and len(first) == 2
+    with pytest.raises(ValueError):  # an EpochSampler's state given to a RandomSampler's loader
+        loader.load_state_dict({"epoch": 0, "position": 0})
+    with pytest.raises(TypeError, match="set_epoch"):
+        loader.set_epoch(1)
+    with pytest.raises(TypeError, match="cannot be resumed"):
+        fastload.DataLoader(Stream(), batch_size=2).state_dict()
 
 
 # --- epochs ---------------------------------------------------------------------------------------
