@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import fastload
+from fastload.benchmark.monitor import child_pids
 from fastload.config import available_cpus
 from fastload.format import read_manifest
 
@@ -126,13 +127,8 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 def children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*/children"):
-        try:
-            out += [int(p) for p in task.read_text().split()]
-        except OSError:
-            continue
-    return [p for p in out if p not in SPINNERS]
+    """The loader's worker processes (not the --background-load spinners)."""
+    return [p for p in child_pids(pid) if p not in SPINNERS]
 
 
 def thread_times() -> dict[int, tuple[str, int, int]]:

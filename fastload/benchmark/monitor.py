@@ -25,12 +25,13 @@ class MemoryPeak:
         if now < self._next:
             return
         self._next = now + 0.2
-        total = sum(_pss_kb(pid) for pid in [os.getpid(), *_children(os.getpid())])
+        total = sum(_pss_kb(pid) for pid in [os.getpid(), *child_pids(os.getpid())])
         if total:
             self.peak_mb = max(self.peak_mb or 0.0, total / 1024)
 
 
-def _children(pid: int) -> list[int]:
+def child_pids(pid: int) -> list[int]:
+    """The processes ``pid`` started (its worker processes), from /proc."""
     pids: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*/children"):
         try:
