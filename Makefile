@@ -21,7 +21,8 @@ demo: venv
 	$(VENV)/bin/fastload pack $(DEMO)/images -o $(DEMO)/images.fl --overwrite
 	$(VENV)/bin/fastload info $(DEMO)/images.fl
 	$(VENV)/bin/fastload verify $(DEMO)/images.fl
-	# About 45 s: torch ImageFolder vs fastload on the same 600 images, stage timings and a verdict.
+	# About a minute: torch ImageFolder vs fastload on the same 600 images, 3 interleaved runs per row
+	# (median, min-max), stage timings and a verdict.
 	$(VENV)/bin/fastload bench $(DEMO)/images --packed $(DEMO)/images.fl --stages \
 		--plot $(DEMO)/bench.png --json $(DEMO)/bench.json
 
