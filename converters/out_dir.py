@@ -116,9 +116,10 @@ def remove_dataset(folder: Path, manifest: Manifest) -> None:
     remove_entry(folder / MANIFEST_NAME)
     for rel in sorted(dataset_entries(manifest) - {MANIFEST_NAME, INDEX_DIR}):
         remove_entry(folder / rel)
-    for name in (SKIPPED_REPORT_NAME + ".tmp", MANIFEST_NAME + ".tmp", WRITE_PROBE, PACK_LOCK_NAME):
+    work_dirs = (PACK_STATE_DIR, INDEX_DIR)
+    for name in sorted(PACK_WORK_NAMES.difference(work_dirs)):
         remove_entry(folder / name)
-    for sub in (PACK_STATE_DIR, INDEX_DIR):
+    for sub in work_dirs:
         _remove_work_dir(folder / sub)
     try:
         os.rmdir(folder)
@@ -134,10 +135,8 @@ def _remove_work_dir(path: Path) -> None:
             os.unlink(path / name)
     try:
         os.rmdir(path)
-    except FileNotFoundError:
-        pass
     except OSError:
-        pass  # something else lives there: left for remove_dataset's warning
+        pass  # gone already, or something else lives there: left for remove_dataset's warning
 
 
 def swap_in(staging: Path, out: Path) -> None:
