@@ -81,3 +81,19 @@ def available_cpus() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
+
+
+CACHE_LIMIT = "50GB"
+"""Default bound of the node cache of remote datasets' bytes (``cache_limit=``, ``--cache-limit``)."""
+
+
+def cache_dir(given: str | os.PathLike[str] | None) -> str:
+    """The node cache folder: ``given``, else ``FASTLOAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/fastload``
+    (``~/.cache/fastload``). One folder per node, shared by every process and rank on it."""
+    if given is not None:
+        return os.path.abspath(os.fspath(given))
+    env = os.environ.get("FASTLOAD_CACHE_DIR", "").strip()
+    if env:
+        return os.path.abspath(env)
+    base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "fastload")
