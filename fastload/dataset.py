@@ -5,20 +5,21 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch.utils.data
 
 from fastload.collate import ImageBatch, SkipCountedList
-from fastload.config import available_cpus
+from fastload.config import CACHE_LIMIT, available_cpus
 from fastload.decode import MAX_PIXELS, decode_rgb, pixel_limit
 from fastload.epoch_sampler import SampleKey
 from fastload.errors import CorruptRecordError, SkippedRecordWarning
-from fastload.format import Manifest, RecordIndex, read_manifest
+from fastload.format import Manifest, RecordIndex
 from fastload.pipeline import ImagePipeline, ThreadDecoder, decode_batch
-from fastload.readers import READERS, ShardReader
+from fastload.readers import ShardReader
+from fastload.storage import node_cache
+from fastload.storage.packed import locate_packed, open_packed
 
 
 class PackedDataset(torch.utils.data.Dataset):
@@ -43,6 +44,15 @@ class PackedDataset(torch.utils.data.Dataset):
             and the first one of each shard is warned about (``SkippedRecordWarning``, once per
             shard in each process that reads). ``ds[i]`` raises either way: one sample has no
             sound stand-in. Dataset-level damage (a missing or resized shard) always raises.
+        storage_options: for a URL (``s3://bucket/images.fl``): fsspec options of its store
+            (``endpoint_url``, ``key``/``secret``, ``anon``, ...); credentials otherwise come the
+            store's standard way (environment variables, config files).
+        cache_dir, cache_limit, cache_policy: a remote dataset's fetched bytes are kept in a cache
+            on this machine's disk, shared by its processes and ranks (``cache_dir`` default:
+            ``FASTLOAD_CACHE_DIR``, else ``~/.cache/fastload``), never above ``cache_limit``
+            (``0``: no cache). ``"keep"``: once full, keep what it holds instead of evicting
+            this dataset's bytes for others of it (under a shuffle every epoch then hits the kept
+            part; ``"lru"`` would evict what the next epoch needs). See docs/remote.md.
         max_pixels: refuse images larger than this before decoding them (decompression bombs),
             with a CorruptRecordError; ``fastload pack --max-pixels`` is the pack-time twin. A
             whole number (``5e8`` is accepted); it is the one read-time limit: Pillow's
@@ -63,14 +73,20 @@ class PackedDataset(torch.utils.data.Dataset):
                  scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
                  resize_ratio: float = 0.875, decode_threads: int | None = None,
                  on_error: Literal["raise", "skip"] = "raise",
-                 max_pixels: int | float = MAX_PIXELS) -> None:  # noqa: PYI041 - a count, 5e8 too
+                 max_pixels: int | float = MAX_PIXELS,  # noqa: PYI041 - a count, 5e8 too
+                 storage_options: dict[str, Any] | None = None,
+                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str = CACHE_LIMIT,
+                 cache_policy: Literal["keep", "lru"] = "keep") -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error={on_error!r}: must be 'raise' or 'skip'")
         self.on_error = on_error
         self.max_pixels = pixel_limit(max_pixels)
         self.skipped = 0  # records skipped in this process (each worker counts its own)
         self._warned_shards: set[int] = set()
-        self.root = Path(os.path.abspath(path))  # a later os.chdir must not move the dataset
+        self.location = locate_packed(path, storage_options)
+        self.root = self.location.root  # absolute: a later os.chdir must not move the dataset
+        self.cache = (node_cache(cache_dir, cache_limit, cache_policy)
+                      if self.location.store is not None else None)
         self.transform = transform
         self.target_transform = target_transform
         if image_size is not None and transform is not None:
@@ -88,9 +104,10 @@ class PackedDataset(torch.utils.data.Dataset):
                              "image pipeline (image_size=) needs an image dataset")
 
     def _open(self) -> None:
-        self.manifest: Manifest = read_manifest(self.root)
-        self.index = RecordIndex(self.root, self.manifest)
-        self.reader: ShardReader = READERS[self.manifest.storage](self.root, self.manifest, self.index)
+        opened = open_packed(self.location, self.cache)
+        self.manifest: Manifest = opened.manifest
+        self.index: RecordIndex = opened.index
+        self.reader: ShardReader = opened.reader
         self._check_shard_files()
 
     def _check_shard_files(self) -> None:

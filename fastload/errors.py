@@ -31,6 +31,18 @@ class PackError(FastloadError, RuntimeError):
     """A pack could not run or finish (output in use, disk full, unwritable output)."""
 
 
+class RemoteReadError(FastloadError, OSError):
+    """An object store failed a request for good: retries ran out, or it answered with an error."""
+
+
+class RemoteNotFound(RemoteReadError, FileNotFoundError):
+    """An object a dataset needs is not in the store (404)."""
+
+
+class RemoteAccessDenied(RemoteReadError, PermissionError):
+    """The store refused the request (403) or no credentials were found."""
+
+
 class MissingDependencyError(FastloadError, ImportError):
     """An optional dependency is not installed."""
 

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fastload.format import RecordIndex, read_manifest
+from fastload.format import RecordIndex
+from fastload.storage.packed import locate_packed
 
 
-def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
+def describe(path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Records, classes with counts, shards, sizes, storage kind and how and when it was packed."""
-    root = Path(path)
-    manifest = read_manifest(root)
-    index = RecordIndex(root, manifest)
+    location = locate_packed(path, storage_options)
+    root = location.root
+    manifest = location.manifest()
+    index = RecordIndex(root, manifest, location.read)
     classes = manifest.classes or []
     # Counted by value, never allocated by value: a label may be 2**40 when there are no class names.
     found, counts = np.unique(index.label[index.label >= 0], return_counts=True)

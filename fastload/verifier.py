@@ -7,10 +7,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fastload.errors import FastloadError
-from fastload.format import read_manifest, RecordIndex, record_checksum
-from fastload.readers import READERS
+from fastload.format import record_checksum
+from fastload.storage.packed import locate_packed, open_packed
 
 BATCH = 256
 
@@ -32,7 +33,7 @@ class BadRecord:
 class VerifyReport:
     """What ``verify`` checked and what it found; ``ok`` only when nothing is wrong."""
 
-    root: Path
+    root: Path | str
     num_records: int = 0
     checked: int = 0
     bad: list[BadRecord] = field(default_factory=list)
@@ -44,20 +45,26 @@ class VerifyReport:
 
 
 def verify(path: str | os.PathLike[str], *, decode: bool = False,
-           progress: Callable[[int], None] | None = None) -> VerifyReport:
-    """Recompute every record's checksum (``decode=True``: also decode every image)."""
-    root = Path(path)
-    manifest = read_manifest(root)
-    index = RecordIndex(root, manifest)
-    report = VerifyReport(root=root, num_records=manifest.num_records)
-    for shard in manifest.shards:
+           progress: Callable[[int], None] | None = None,
+           storage_options: dict[str, Any] | None = None) -> VerifyReport:
+    """Recompute every record's checksum (``decode=True``: also decode every image). A dataset in
+    an object store is read from the store itself, never from the node cache."""
+    opened = open_packed(locate_packed(path, storage_options))
+    manifest, reader = opened.manifest, opened.reader
+    report = VerifyReport(root=opened.location.root, num_records=manifest.num_records)
+    root = opened.location.root
+    for number, shard in enumerate(manifest.shards):
         try:
-            size = (root / shard.file).stat().st_size
-            if size != shard.bytes:
-                report.problems.append(f"{shard.file}: {size} bytes on disk, the manifest says {shard.bytes}")
+            if isinstance(root, Path):
+                size = (root / shard.file).stat().st_size
+                if size != shard.bytes:
+                    report.problems.append(f"{shard.file}: {size} bytes on disk, the manifest says {shard.bytes}")
+            else:
+                reader.stat_shard(number)  # in the store, of the size and ETag the pack recorded
+        except FastloadError as exc:
+            report.problems.append(str(exc))
         except OSError as exc:
             report.problems.append(f"{shard.file}: {exc.strerror}")
-    reader = READERS[manifest.storage](root, manifest, index)
     try:
         for start in range(0, manifest.num_records, BATCH):
             indices = list(range(start, min(start + BATCH, manifest.num_records)))

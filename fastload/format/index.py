@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -55,20 +55,30 @@ def write_columns(dataset_dir: Path, columns: dict[str, np.ndarray]) -> dict[str
     return entries
 
 
-def load_column(dataset_dir: Path, name: str, entry: IndexFile, expected_len: int | None,
-                max_len: int | None = None) -> np.ndarray:
+ReadFile = Callable[[str, int], bytes]
+"""``read(name, limit)``: the bytes of the dataset file ``name`` (``index/label.npy``), OSError when
+it cannot be read or holds more than ``limit`` bytes; local folders and object stores each give one."""
+
+
+def local_files(dataset_dir: Path) -> ReadFile:
+    """Reads of a local dataset folder's files: regular files only, bounded (see files.py)."""
+    return lambda name, limit: read_regular(Path(dataset_dir) / name, limit)
+
+
+def load_column(dataset_dir: Path | str, name: str, entry: IndexFile, expected_len: int | None,
+                max_len: int | None = None, read: ReadFile | None = None) -> np.ndarray:
     """Load one column, checking its digest, dtype and length; damage raises ManifestError.
 
     The file is read only if it is a regular file no larger than an .npy header plus
     ``expected_len`` (else ``max_len``) 8-byte items: a FIFO, a device or an oversized file is
     refused before it is read.
     """
-    path = dataset_dir / entry.file
+    path = f"{dataset_dir}/{entry.file}"
     items = expected_len if expected_len is not None else max_len
     if items is None:
         raise ValueError("load_column needs expected_len or max_len: every read is bounded")
     try:
-        data = read_regular(path, _NPY_HEADER_MAX + 8 * items)
+        data = (read or local_files(Path(dataset_dir)))(entry.file, _NPY_HEADER_MAX + 8 * items)
     except OSError as exc:
         raise ManifestError(
             f"{path}: index column {name!r} cannot be read ({exc.strerror}); re-pack the dataset"
@@ -96,15 +106,16 @@ def load_column(dataset_dir: Path, name: str, entry: IndexFile, expected_len: in
     return array
 
 
-def load_strings(dataset_dir: Path, manifest: Manifest, name: str) -> StringColumn:
+def load_strings(dataset_dir: Path | str, manifest: Manifest, name: str,
+                 read: ReadFile | None = None) -> StringColumn:
     """Load a string column and check its offsets are monotonic and inside the blob."""
     offsets = load_column(dataset_dir, f"{name}.offsets", manifest.index[f"{name}.offsets"],
-                          manifest.num_records + 1)
+                          manifest.num_records + 1, read=read)
     blob = load_column(dataset_dir, f"{name}.blob", manifest.index[f"{name}.blob"], None,
-                       max_len=max(int(offsets[-1]), 0))
+                       max_len=max(int(offsets[-1]), 0), read=read)
     if offsets[0] != 0 or offsets[-1] != len(blob) or np.any(np.diff(offsets) < 0):
         raise ManifestError(
-            f"{dataset_dir / manifest.index[f'{name}.offsets'].file}: offsets are not monotonic "
+            f"{dataset_dir}/{manifest.index[f'{name}.offsets'].file}: offsets are not monotonic "
             "within the blob; re-pack the dataset"
         )
     return StringColumn(offsets, blob)
@@ -113,15 +124,15 @@ def load_strings(dataset_dir: Path, manifest: Manifest, name: str) -> StringColu
 class RecordIndex:
     """Every per-record column of a dataset, checked against the manifest and against each other."""
 
-    def __init__(self, root: Path, manifest: Manifest) -> None:
+    def __init__(self, root: Path | str, manifest: Manifest, read: ReadFile | None = None) -> None:
         self.root = root
         self.manifest = manifest
         n = manifest.num_records
         numeric = {name: dtype for name, dtype in COLUMNS.items() if dtype != "str"}
-        cols = {name: load_column(root, name, manifest.index[name], n) for name in numeric}
+        cols = {name: load_column(root, name, manifest.index[name], n, read=read) for name in numeric}
         for name, dtype in numeric.items():
             if str(cols[name].dtype) != dtype:
-                raise ManifestError(f"{root / manifest.index[name].file}: column {name!r} is "
+                raise ManifestError(f"{root}/{manifest.index[name].file}: column {name!r} is "
                                     f"{cols[name].dtype}, expected {dtype}; re-pack the dataset")
         self.label: np.ndarray = cols["label"]
         self.shard: np.ndarray = cols["shard"]
@@ -131,19 +142,19 @@ class RecordIndex:
         self.checksum: np.ndarray = cols["checksum"]
         self.width: np.ndarray = cols["width"]
         self.height: np.ndarray = cols["height"]
-        self.path = load_strings(root, manifest, "path")
+        self.path = load_strings(root, manifest, "path", read)
         self.fields: dict[str, np.ndarray | StringColumn] = {}
         for name, dtype in manifest.fields.items():
             column = FIELD_PREFIX + name
-            self.fields[name] = (load_strings(root, manifest, column) if dtype == "str" else
-                                 load_column(root, column, manifest.index[column], n))
+            self.fields[name] = (load_strings(root, manifest, column, read) if dtype == "str" else
+                                 load_column(root, column, manifest.index[column], n, read=read))
         self._check_consistent()
 
     def _check_consistent(self) -> None:
         """Refuse index values that would point outside their shards or mean nothing (damage or
         hostile input), naming the first bad record. Written so no sum can wrap int64."""
         shards = self.manifest.shards
-        where = self.root / INDEX_DIR
+        where = f"{self.root}/{INDEX_DIR}"
         if not len(self.shard):
             return
         bad_shard = (self.shard < 0) | (self.shard >= len(shards))

@@ -30,6 +30,7 @@ class ShardInfo:
     data_bytes: int  # sum of its payload sizes
     records_digest: str  # digest of its slice of the checksum column
     data_offset: int = -1  # HDF5: file offset of the contiguous payload dataset
+    etag: str = ""  # packed to an object store: the ETag the store gave the uploaded shard
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ def parse_manifest(text: str, where: str) -> Manifest:
             data_bytes=_int(s.get("data_bytes"), at, "data_bytes"),
             records_digest=_str(s.get("records_digest"), at, "records_digest"),
             data_offset=_int(s.get("data_offset", -1), at, "data_offset", minimum=-1),
+            etag=_str(s.get("etag", ""), at, "etag"),
         ))
     _require(sum(s.num_records for s in shards) == num_records, where,
              "the shards' record counts do not add up to num_records")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from fastload.errors import ManifestError
+from fastload.errors import FastloadError, ManifestError
 from fastload.format import HDF5_DATA
 from fastload.format.files import open_regular
 from fastload.readers.base import ShardReader
@@ -22,20 +22,30 @@ class HDF5Reader(ShardReader):
         import h5py
 
         info = self.manifest.shards[shard]
-        path = self.root / info.file
-        self.stat_shard(shard)  # a regular file of the size the manifest says, before h5py opens it
+        path = f"{self.root}/{info.file}"
+        remote = self.remote.open(shard) if self.remote is not None else None
+        if remote is None:
+            self.stat_shard(shard)  # a regular file of the size the manifest says, before h5py opens it
         try:
-            with h5py.File(path, "r") as f:
+            with h5py.File(remote.stream() if remote is not None else path, "r") as f:
                 dset = f[HDF5_DATA]
                 if not isinstance(dset, h5py.Dataset) or dset.ndim != 1:  # a damaged header
                     raise ValueError(f"{HDF5_DATA!r} is a {type(dset).__name__}, not a 1-D dataset")
                 offset = dset.id.get_offset()
                 ok = dset.dtype == "uint8" and dset.chunks is None and dset.shape[0] >= info.data_bytes
         except (OSError, KeyError, ValueError, RuntimeError, TypeError) as exc:  # what h5py raises
+            if remote is not None:
+                remote.close()
+                if isinstance(exc, FastloadError):  # the store failed: say so, not "damaged"
+                    raise
             raise ManifestError(f"{path}: not a readable fastload HDF5 shard ({exc}); re-pack the dataset") from None
         if not ok or offset != info.data_offset:
+            if remote is not None:
+                remote.close()
             raise ManifestError(f"{path}: the payload dataset is not where the manifest says "
                                 f"(offset {offset}, expected {info.data_offset}); re-pack the dataset")
+        if remote is not None:
+            return remote
         try:
             return open_regular(path)
         except OSError as exc:
@@ -43,7 +53,10 @@ class HDF5Reader(ShardReader):
                                 "the dataset with `fastload pack`") from None
 
     def close_handle(self, handle: Any) -> None:
-        os.close(handle)
+        if isinstance(handle, int):
+            os.close(handle)
+        else:
+            handle.close()
 
     def locate(self, i: int) -> tuple[int, int, int]:
         shard = int(self.index.shard[i])

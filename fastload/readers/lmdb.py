@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fastload.errors import ManifestError
@@ -16,7 +17,7 @@ _READAHEAD_MIN_RECORD = 16 * 1024
 
 @dataclass(frozen=True)
 class _OpenShard:
-    fd: int
+    fd: Any  # a descriptor, or a RemoteShard
     places: RecordPlaces
 
 
@@ -33,7 +34,15 @@ class LMDBReader(ShardReader):
 
     def open_shard(self, shard: int) -> Any:
         info = self.manifest.shards[shard]
-        path = self.root / info.file
+        if self.remote is not None:
+            remote = self.remote.open(shard)
+            try:
+                return _OpenShard(remote, locate_records(remote.read_at, remote.size, info.num_records))
+            except DamagedShard as exc:
+                remote.close()
+                raise ManifestError(f"{self.root}/{info.file}: damaged LMDB shard ({exc}); run `fastload "
+                                    "verify` on the dataset and re-pack it") from None
+        path = Path(self.root) / info.file
         self.stat_shard(shard)
         try:
             fd = open_regular(path)
@@ -41,7 +50,8 @@ class LMDBReader(ShardReader):
             raise ManifestError(f"{path}: shard file cannot be opened ({exc.strerror}); re-pack "
                                 "the dataset with `fastload pack`") from None
         try:
-            places = locate_records(fd, os.fstat(fd).st_size, info.num_records)
+            places = locate_records(lambda offset, size: os.pread(fd, size, offset),
+                                    os.fstat(fd).st_size, info.num_records)
         except (DamagedShard, OSError) as exc:
             os.close(fd)
             raise ManifestError(f"{path}: damaged LMDB shard ({exc}); run `fastload verify` on the "
@@ -56,7 +66,10 @@ class LMDBReader(ShardReader):
         return _OpenShard(fd, places)
 
     def close_handle(self, handle: Any) -> None:
-        os.close(handle.fd)
+        if isinstance(handle.fd, int):
+            os.close(handle.fd)
+        else:
+            handle.fd.close()
 
     def locate(self, i: int) -> tuple[int, int, int]:
         shard = self.handle(int(self.index.shard[i]))

@@ -20,8 +20,8 @@ upper u16); the meta page holds the two databases' records and the transaction i
 
 from __future__ import annotations
 
-import os
 import struct
+from collections.abc import Callable
 
 import numpy as np
 
@@ -57,11 +57,14 @@ class RecordPlaces:
         self.size[position] = size
 
 
-def locate_records(fd: int, file_size: int, num_records: int) -> RecordPlaces:
-    """Walk the main database's B-tree of the LMDB file open as ``fd`` and find its records,
-    keyed by 8-byte big-endian positions below ``num_records``; raise DamagedShard."""
+ReadAt = Callable[[int, int], bytes]  # read_at(offset, size): a local pread, or a ranged GET
+
+
+def locate_records(read_at: ReadAt, file_size: int, num_records: int) -> RecordPlaces:
+    """Walk the main database's B-tree of the LMDB file read through ``read_at`` and find its
+    records, keyed by 8-byte big-endian positions below ``num_records``; raise DamagedShard."""
     places = RecordPlaces(num_records)
-    page_size, root, last_page, flags = _meta(fd, file_size)
+    page_size, root, last_page, flags = _meta(read_at, file_size)
     if flags:
         raise DamagedShard(f"the main database has flags {flags:#x}; fastload writes plain keys only")
     if root == _INVALID:
@@ -75,7 +78,7 @@ def locate_records(fd: int, file_size: int, num_records: int) -> RecordPlaces:
         if not 2 <= pgno <= last_page or pgno in seen:
             raise DamagedShard(f"a page points to page {pgno} (file pages 2..{last_page}, or a loop)")
         seen.add(pgno)
-        page = os.pread(fd, page_size, pgno * page_size)
+        page = read_at(pgno * page_size, page_size)
         _, _, flags, lower, upper = struct.unpack_from("<QHHHH", page)
         if flags & (_LEAF2 | _SUBPAGE) or not flags & (_BRANCH | _LEAF):
             raise DamagedShard(f"page {pgno} has flags {flags:#x}, not a branch or leaf page")
@@ -87,21 +90,21 @@ def locate_records(fd: int, file_size: int, num_records: int) -> RecordPlaces:
     return places
 
 
-def _meta(fd: int, file_size: int) -> tuple[int, int, int, int]:
+def _meta(read_at: ReadAt, file_size: int) -> tuple[int, int, int, int]:
     """(page size, main root, last page, main flags) from the meta page with the newer
     transaction, as liblmdb picks it."""
-    first = _read_meta(fd, 0)
+    first = _read_meta(read_at, 0)
     page_size = first[0] or 4096
     if page_size not in (4096, 8192, 16384, 32768, 65536) or file_size % page_size or file_size < 2 * page_size:
         raise DamagedShard(f"page size {page_size} does not fit a {file_size}-byte file")
-    second = _read_meta(fd, page_size)
+    second = _read_meta(read_at, page_size)
     _, root, last_page, _, flags = max(first, second, key=lambda meta: meta[3])
     return page_size, root, last_page, flags
 
 
-def _read_meta(fd: int, offset: int) -> tuple[int, int, int, int, int]:
+def _read_meta(read_at: ReadAt, offset: int) -> tuple[int, int, int, int, int]:
     """(page size, main root, last page, transaction id, main flags) of the meta page at ``offset``."""
-    raw = os.pread(fd, _HEADER + _META.size, offset)
+    raw = read_at(offset, _HEADER + _META.size)
     if len(raw) < _HEADER + _META.size:
         raise DamagedShard(f"the file ends inside the meta page at byte {offset}")
     fields = _META.unpack_from(raw, _HEADER)

@@ -1,0 +1,198 @@
+"""Shard files in an object store as the readers see them: checked against the manifest, read by
+byte range, and kept in the node cache so a second epoch reads local files."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import threading
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from fastload.errors import ManifestError
+from fastload.format.manifest import Manifest
+from fastload.storage.cache import BlocksMissing
+from fastload.storage.remote import RemoteObject, RemoteStore
+
+FILL_PIECE = 4 * 2**20
+"""With a cache entry, a record is fetched with the aligned 4 MiB piece of the shard around it: a far
+store answers one large GET about as fast as one small one, and under a global shuffle the rest of
+the piece is read later in the epoch, from the cache (the first epoch then runs at the store's
+bandwidth, not at one round trip per record)."""
+
+FILL_BUDGET = 32 * 2**20
+"""Bytes of whole pieces one read fetches at most (memory in flight); past it, only the records'
+own blocks."""
+
+
+class RemoteShard:
+    """One shard object: its name, size and version tag, and its cache entry (None: not cached)."""
+
+    def __init__(self, shards: RemoteShards, name: str, info: RemoteObject, entry: Any) -> None:
+        self.shards, self.name, self.size, self.etag, self.entry = shards, name, info.size, info.etag, entry
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        return self.shards.read([(self, offset, size)])[0]
+
+    def stream(self) -> io.RawIOBase:
+        """A seekable read-only file object over the shard (for h5py, which reads its header so)."""
+        return _RangeStream(self)
+
+    def close(self) -> None:
+        if self.entry is not None:
+            self.entry.close()
+
+
+Place = tuple[RemoteShard, int, int]  # (shard, offset, size)
+
+
+class RemoteShards:
+    """The shard objects of the dataset at ``store``, read through an optional node cache.
+
+    Each is checked once per process against the manifest: its size, and its ETag when the pack
+    recorded one (an object changed since the pack is refused before a byte of it is used).
+    """
+
+    def __init__(self, store: RemoteStore, manifest: Manifest, cache: Any) -> None:
+        self.store = store
+        self.manifest = manifest
+        self.cache = cache  # a NodeCache or None
+        self._objects: dict[str, RemoteObject] | None = None
+        self._lock = threading.Lock()
+        self._cache_failed = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_objects"], state["_lock"] = None, None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def objects(self) -> dict[str, RemoteObject]:
+        """Every object of the dataset folder with its size and ETag: one listing, not a HEAD per shard."""
+        if self._objects is None:
+            with self._lock:
+                if self._objects is None:
+                    self._objects = {name: RemoteObject(size, etag) for name, size, etag in self.store.list_objects()}
+        return self._objects
+
+    def check(self, shard: int) -> RemoteObject:
+        """The shard object's size and ETag, refused (ManifestError) if missing or changed since the pack."""
+        info = self.manifest.shards[shard]
+        where = self.store.display(info.file)
+        found = self.objects().get(info.file)
+        if found is None:
+            raise ManifestError(f"{where}: shard object missing; the dataset's upload is incomplete or "
+                                "was deleted in part: re-pack it with `fastload pack`")
+        if found.size != info.bytes:
+            raise ManifestError(f"{where}: {found.size} bytes in the store, the manifest says {info.bytes} "
+                                "(changed since the pack); re-pack or re-upload the dataset")
+        if info.etag and found.etag and found.etag != info.etag:
+            raise ManifestError(f"{where}: ETag {found.etag} in the store, the pack recorded {info.etag}: the "
+                                "object was replaced since the pack; re-pack or re-upload the dataset")
+        return found
+
+    def open(self, shard: int) -> RemoteShard:
+        found = self.check(shard)
+        name = self.manifest.shards[shard].file
+        entry = None
+        if self.cache is not None and not self._cache_failed:
+            key = f"{self.store.display(name)}|{found.size}|{found.etag}"
+            entry = self.cache.entry(key, found.size, dataset=self.store.url)
+        return RemoteShard(self, name, found, entry)
+
+    def read(self, places: Sequence[Place]) -> list[bytes]:
+        """The bytes at every place: from the cache where present, else fetched (whole pieces or
+        cache blocks, so they can be kept) with every request of the batch in flight at once."""
+        out: list[bytes | None] = [None] * len(places)
+        budget = FILL_BUDGET
+        direct: list[int] = []
+        fills: dict[tuple[int, int, int], tuple[RemoteShard, int, int]] = {}
+        for k, (shard, offset, size) in enumerate(places):
+            entry = shard.entry  # once: another thread may drop it (see _keep)
+            if entry is None:
+                direct.append(k)
+                continue
+            missing = entry.missing([(offset, size)])
+            if not missing:
+                out[k] = self._from_entry(shard, offset, size)
+                continue
+            if budget > 0:  # the whole aligned pieces around the record: later reads will want them
+                first, last = offset // FILL_PIECE, (offset + size - 1) // FILL_PIECE
+                missing = entry.missing([(p * FILL_PIECE, FILL_PIECE) for p in range(first, last + 1)])
+            for start, length in missing:
+                if (id(shard), start, length) not in fills:
+                    fills[(id(shard), start, length)] = (shard, start, length)
+                    budget -= length
+        wanted = [(places[k][0].name, places[k][1], places[k][2]) for k in direct]
+        wanted += [(shard.name, start, length) for shard, start, length in fills.values()]
+        bodies = self.store.read_ranges(wanted) if wanted else []
+        for k, body in zip(direct, bodies):
+            out[k] = body
+        for (shard, start, _), body in zip(fills.values(), bodies[len(direct):]):
+            self._keep(shard, start, body)
+        for k, (shard, offset, size) in enumerate(places):
+            if out[k] is None:
+                out[k] = self._from_entry(shard, offset, size)
+        return out  # type: ignore[return-value]
+
+    def refetch(self, place: Place) -> bytes:
+        """The bytes at ``place`` from the store itself, after the cached copy failed its checksum
+        (the cached blocks are dropped first)."""
+        shard, offset, size = place
+        if shard.entry is not None:
+            shard.entry.invalidate(offset, size)
+        return self.store.read_ranges([(shard.name, offset, size)])[0]
+
+    def _keep(self, shard: RemoteShard, start: int, body: bytes) -> None:
+        if shard.entry is None:
+            return
+        try:
+            kept = shard.entry.write(start, body)
+        except OSError as exc:  # a full disk must not stop training: read through from now on
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            self._cache_failed, kept = True, False
+            warnings.warn(f"{self.cache}: the cache's disk is full ({exc.strerror}); reading "
+                          f"{self.store.url} without caching from now on", stacklevel=3)
+        if not kept:  # evicted by another process and no room to come back: read this shard through
+            shard.entry = None
+
+    def _from_entry(self, shard: RemoteShard, offset: int, size: int) -> bytes:
+        entry = shard.entry
+        if entry is not None:
+            try:
+                return entry.read(offset, size)
+            except BlocksMissing:  # not kept, or another process dropped them since: fetch them
+                pass
+        return self.store.read_ranges([(shard.name, offset, size)])[0]
+
+
+class _RangeStream(io.RawIOBase):
+    def __init__(self, shard: RemoteShard) -> None:
+        self.shard, self.pos = shard, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.pos, os.SEEK_END: self.shard.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        size = max(0, min(len(buffer), self.shard.size - self.pos))
+        if size:
+            memoryview(buffer).cast("B")[:size] = self.shard.read_at(self.pos, size)
+            self.pos += size
+        return size
