@@ -21,13 +21,16 @@ from converters.out_dir import (
     OutFolder, PackLock, inspect_out, prepare_out, remove_dataset, staging_path, swap_in,
 )
 from converters.plan import Journal, JournalWriteError, ShardPlan, plan_digest, plan_shards
-from converters.readahead import PixelBudget, give_back_large_blocks, map_in_order, read_in_order
+from converters.readahead import (
+    PixelBudget, fetch_in_order, give_back_large_blocks, map_in_order, read_in_order,
+)
 from converters.reencode import reencode_jpeg
 from converters.restarts import check_available, with_restart_markers
 from converters.report import PackReport
 from converters.sources import (
     IMAGE_EXTENSIONS, Layout, SourceItem, SourceListing, list_source, normalize_extensions,
 )
+from converters.store_source import list_store_source
 from converters.writers import WRITERS
 from converters.writers.behind import WriteBehind, WriteFailed
 from fastload.config import MAX_FILE_SIZE, MAX_PIXELS, available_cpus, parse_size
@@ -36,6 +39,8 @@ from fastload.errors import PackError, SourceError
 from fastload.format import FORMAT_VERSION, PACK_STATE_DIR, Manifest, StorageKind, record_checksum, shard_name
 from fastload.format.files import create_new, ensure_dir, read_regular, remove_entry
 from fastload.format.layout import SHARD_NAME
+from fastload.storage.location import is_remote, local_path
+from fastload.storage.remote import RemoteStore
 
 OnError = Literal["fail", "skip"]
 # Source bytes read ahead of the writer when files are decoded on a thread pool.
@@ -61,28 +66,87 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
          quality: int | None = None, overwrite: bool = False, progress: bool | None = None,
          layout: Layout = "auto", check: Literal["header", "decode"] = "header",
          max_pixels: int = MAX_PIXELS, restart_markers: bool = False,
-         max_file_size: str | int = MAX_FILE_SIZE) -> PackReport:
+         max_file_size: str | int = MAX_FILE_SIZE, storage_options: dict[str, Any] | None = None,
+         staging: str | os.PathLike[str] | None = None) -> PackReport:
     """Pack a folder or file list into a fastload dataset; see ``fastload pack --help``.
 
     Returns a PackReport (``already_packed`` when OUT holds this exact pack). Raises SourceError /
     SourceNotFoundError for a bad source or file (with ``on_error="fail"``) and PackError when
     the output cannot be written. With ``overwrite`` a finished dataset at OUT is replaced only
     once the new one is complete (see converters.out_dir).
+
+    SRC and OUT may be object-store URLs (``s3://bucket/images/``), reached with
+    ``storage_options``; a pack to a store is written in the local ``staging`` folder and each
+    shard uploaded as it finishes (see converters.upload).
     """
     started = time.perf_counter()
-    src_path = Path(os.path.abspath(src))
-    out_path = Path(os.path.abspath(out)) if out is not None else default_out(src_path)
-    if out_path.is_symlink():  # the user named a link to their folder: pack where it points
+    src_store = RemoteStore(str(src), storage_options) if is_remote(src) else None
+    out_remote = out is not None and is_remote(out)
+    if src_store is None and not out_remote and storage_options:
+        raise ValueError("storage_options are for object-store URLs (s3://...); SRC and OUT are local paths")
+    src_path = Path(local_path(src)) if src_store is None else None
+    if out is None and src_path is None:
+        raise ValueError(f"{src}: a source in an object store needs -o/--out (a local folder or a URL)")
+    out_path = (None if out_remote else
+                Path(local_path(out)) if out is not None else default_out(src_path))
+    if out_path is not None and out_path.is_symlink():  # the user named a link to their folder: pack where it points
         out_path = Path(os.path.realpath(out_path))
     options = _check_options(format, shard_size, workers, on_error, max_side, quality, check, max_pixels,
                              restart_markers, max_file_size)
     exts = normalize_extensions(extensions)
-    listing = list_source(src_path, layout=layout, extensions=exts, on_error=on_error,
-                          max_file_size=options["max_file_size"])
-    _check_out_location(src_path, listing.root, out_path)
+    if src_store is not None:
+        listing = list_store_source(src_store, layout=layout, extensions=exts, on_error=on_error,
+                                    max_file_size=options["max_file_size"])
+    else:
+        listing = list_source(src_path, layout=layout, extensions=exts, on_error=on_error,
+                              max_file_size=options["max_file_size"])
+        if out_path is not None:
+            _check_out_location(src_path, listing.root, out_path)
     # Read threads do not change what is written: a resume with other --workers keeps the shards.
     content = {k: v for k, v in options.items() if k not in ("workers", "max_file_size")}
     plans = plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts})
+    job = _PackJob(listing, plans, options, exts, progress, src_store)
+    if out_path is None:
+        from converters.upload import pack_to_store
+
+        report = pack_to_store(job, RemoteStore(str(out), storage_options), staging, overwrite)
+    else:
+        report = _pack_local(job, out_path, overwrite)
+    report.elapsed_s = time.perf_counter() - started
+    return report
+
+
+@dataclass
+class _PackJob:
+    """What to pack and how: the listing, its shard plan and the checked options."""
+
+    listing: SourceListing
+    plans: list[ShardPlan]
+    options: dict[str, Any]
+    exts: tuple[str, ...]
+    progress: bool | None
+    src_store: RemoteStore | None = None
+
+    def same_pack(self, manifest: Manifest) -> bool:
+        return _same_pack(manifest, self.plans)
+
+    def pack_into(self, out: Path, on_shard: Callable[[Path], None] | None = None) -> PackReport:
+        """Write the shards that are not finished yet, then the index and the manifest, into ``out``;
+        ``on_shard(path)`` is called with each finished shard file (kept ones first)."""
+        writer = _Packer(self.listing.items, out, self.options["storage"], self.options, self.progress,
+                         self.src_store, on_shard)
+        shard_records = writer.run(self.plans)
+        try:
+            report = finalize(out, self.options["storage"], self.listing, shard_records, self.options,
+                              self.exts, plan_digest(self.plans))
+        except OSError as exc:  # the finished shards stay: the same command resumes from them
+            raise PackError(_write_error(out, "the index and manifest", exc)) from None
+        report.resumed_shards = writer.resumed
+        return report
+
+
+def _pack_local(job: _PackJob, out_path: Path, overwrite: bool) -> PackReport:
+    plans = job.plans
     folder = _check_replaceable(inspect_out(out_path), plans, overwrite)
     if folder.state == "new":
         prepare_out(out_path)
@@ -91,7 +155,7 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
         if folder.state == "dataset" and folder.manifest is not None and _same_pack(folder.manifest, plans):
             return _already_packed(out_path, folder.manifest)
         if folder.state != "dataset":
-            report = _pack_into(out_path, listing, plans, options, exts, progress)
+            report = job.pack_into(out_path)
         else:
             staging = staging_path(out_path)
             staged = inspect_out(staging)
@@ -99,12 +163,11 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
                 remove_dataset(staging, staged.manifest)  # a replacement killed before its swap
             prepare_out(staging)
             with PackLock(staging) as new_lock:
-                report = _pack_into(staging, listing, plans, options, exts, progress)
+                report = job.pack_into(staging)
                 swap_in(staging, out_path)
                 new_lock.path, out_lock.path = out_lock.path, new_lock.path  # each went with its folder
             remove_dataset(staging, folder.manifest)  # the old dataset, now at the staging name
     report.out = out_path
-    report.elapsed_s = time.perf_counter() - started
     return report
 
 
@@ -127,24 +190,11 @@ def _same_pack(manifest: Manifest, plans: list[ShardPlan]) -> bool:
     return manifest.packed.get("plan") == plan_digest(plans)
 
 
-def _already_packed(out: Path, manifest: Manifest) -> PackReport:
+def _already_packed(out: Path | str, manifest: Manifest) -> PackReport:
     skipped = manifest.packed.get("skipped", 0)
     return PackReport(out=out, storage=manifest.storage, num_records=manifest.num_records,
                       total_bytes=manifest.total_bytes, num_shards=len(manifest.shards),
                       skipped=skipped if isinstance(skipped, int) else 0, already_packed=True)
-
-
-def _pack_into(out: Path, listing: SourceListing, plans: list[ShardPlan], options: dict[str, Any],
-               exts: tuple[str, ...], progress: bool | None) -> PackReport:
-    """Write the shards that are not finished yet, then the index and the manifest, into ``out``."""
-    writer = _Packer(listing.items, out, options["storage"], options, progress)
-    shard_records = writer.run(plans)
-    try:
-        report = finalize(out, options["storage"], listing, shard_records, options, exts, plan_digest(plans))
-    except OSError as exc:  # the finished shards stay: the same command resumes from them
-        raise PackError(_write_error(out, "the index and manifest", exc)) from None
-    report.resumed_shards = writer.resumed
-    return report
 
 
 def _check_options(format: str, shard_size: str | int, workers: int | None, on_error: str,
@@ -199,8 +249,10 @@ class _Packer:
     """Runs the read → check → write pipeline over the shards that are not finished yet."""
 
     def __init__(self, items: list[SourceItem], out: Path, storage: StorageKind,
-                 options: dict[str, Any], progress: bool | None) -> None:
+                 options: dict[str, Any], progress: bool | None, src_store: RemoteStore | None = None,
+                 on_shard: Callable[[Path], None] | None = None) -> None:
         self.items, self.out, self.storage, self.options = items, out, storage, options
+        self.src_store, self.on_shard = src_store, on_shard
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.journal = Journal(out)
         self.work = out / PACK_STATE_DIR  # private (0700): shards are written here, then renamed
@@ -229,6 +281,10 @@ class _Packer:
                 remove_entry(final)  # redone: its old file would need the disk space twice
                 todo.append(plan)
         self.resumed = len(plans) - len(todo)
+        if self.on_shard is not None:
+            for plan, done in zip(plans, records):
+                if done is not None:
+                    self.on_shard(self.out / shard_name(self.storage, plan.number))
         names = {shard_name(self.storage, plan.number) for plan in plans}
         for extra in self.out.iterdir():  # shards of an older, longer plan or another storage kind
             if SHARD_NAME.match(extra.name) and extra.name not in names:
@@ -264,8 +320,11 @@ class _Packer:
             yield from map_in_order(pool, self._load, indices, lambda i: max(self.items[i].size, 0),
                                     max_items=workers * 8, max_weight=_READ_AHEAD_BYTES)
             return
-        contents = read_in_order([self.items[i].path for i in indices], depth=workers * 8,
-                                 limit=self.options["max_file_size"])
+        if self.src_store is not None:  # small objects: batches of GETs in flight, in order
+            contents = fetch_in_order(self.src_store, [(self.items[i].rel, self.items[i].size) for i in indices])
+        else:
+            contents = read_in_order([self.items[i].path for i in indices], depth=workers * 8,
+                                     limit=self.options["max_file_size"])
         try:
             for index, data in zip(indices, contents):
                 yield self._examine(index, data)
@@ -273,8 +332,11 @@ class _Packer:
             contents.close()  # the files opened ahead
 
     def _load(self, index: int) -> _Loaded:
+        item = self.items[index]
         try:
-            data: bytes | OSError = read_regular(self.items[index].path, self.options["max_file_size"])
+            data: bytes | OSError = (read_regular(item.path, self.options["max_file_size"])
+                                     if self.src_store is None else
+                                     self.src_store.read_ranges([(item.rel, 0, item.size)])[0])
         except OSError as exc:
             data = exc
         return self._examine(index, data)
@@ -316,6 +378,8 @@ class _Packer:
             record["bytes"], record["data_offset"] = file_bytes, data_offset
             os.replace(tmp, final)  # a link planted at the final name is replaced, not followed
             self.journal.save(plan.number, record)  # after the rename: a journal entry means done
+            if self.on_shard is not None:
+                self.on_shard(final)
 
         def make() -> Any:
             os.close(create_new(tmp))  # the writer's library opens it by name: a new regular file

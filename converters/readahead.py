@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastload.format.files import open_regular, read_fd
 
@@ -125,3 +125,42 @@ def give_back_large_blocks(threshold: int = 4 * 2**20) -> None:
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     if mallopt is not None:
         mallopt(-3, threshold)  # M_MMAP_THRESHOLD
+
+
+def fetch_in_order(store: Any, objects: Sequence[tuple[str, int]], batch_count: int = 64,
+                   batch_bytes: int = 64 * 2**20) -> Iterator[bytes | OSError]:
+    """Each object's bytes from an object store, in order: batches of up to ``batch_count``
+    objects (``batch_bytes`` in all) fetched with every GET in flight, the next batch fetched
+    while this one is packed. An object the store refuses (404, 403) is an OSError in its place;
+    a store that stays unreachable through the retries stops the pack (it resumes)."""
+    from fastload.errors import RemoteAccessDenied, RemoteNotFound
+
+    batches: list[list[tuple[str, int]]] = [[]]
+    filled = 0
+    for name, size in objects:
+        if batches[-1] and (len(batches[-1]) >= batch_count or filled + size > batch_bytes):
+            batches.append([])
+            filled = 0
+        batches[-1].append((name, size))
+        filled += size
+
+    def fetch(batch: list[tuple[str, int]]) -> list[bytes | OSError]:
+        try:
+            return list(store.read_ranges([(name, 0, size) for name, size in batch]))
+        except (RemoteNotFound, RemoteAccessDenied):
+            out: list[bytes | OSError] = []
+            for name, size in batch:  # find which objects are refused
+                try:
+                    out.append(store.read_ranges([(name, 0, size)])[0])
+                except (RemoteNotFound, RemoteAccessDenied) as exc:
+                    out.append(exc)
+            return out
+
+    with ThreadPoolExecutor(1, thread_name_prefix="fastload-fetch") as pool:
+        ahead = pool.submit(fetch, batches[0]) if batches[0] else None
+        for k in range(len(batches)):
+            if ahead is None:
+                break
+            got = ahead.result()
+            ahead = pool.submit(fetch, batches[k + 1]) if k + 1 < len(batches) else None
+            yield from got

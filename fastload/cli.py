@@ -37,7 +37,8 @@ def _pack(args: argparse.Namespace) -> int:
                   extensions=args.extensions, on_error=args.on_error, max_side=args.max_side,
                   quality=args.quality, overwrite=args.overwrite, progress=False if args.quiet else None,
                   layout=args.layout, check=args.check, max_pixels=args.max_pixels,
-                  restart_markers=args.restart_markers, max_file_size=args.max_file_size)
+                  restart_markers=args.restart_markers, max_file_size=args.max_file_size,
+                  storage_options=_storage_options(args), staging=args.staging)
     print(report.summary())
     return 0
 
@@ -45,7 +46,7 @@ def _pack(args: argparse.Namespace) -> int:
 def _info(args: argparse.Namespace) -> int:
     from fastload.summary import describe
 
-    info = describe(args.path)
+    info = describe(args.path, _storage_options(args))
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -81,7 +82,7 @@ def _info(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from fastload.verifier import verify
 
-    report = verify(args.path, decode=args.decode)
+    report = verify(args.path, decode=args.decode, storage_options=_storage_options(args))
     for problem in report.problems:
         print(f"BAD {problem}", file=sys.stderr)
     for bad in report.bad:
@@ -97,7 +98,8 @@ def _tune(args: argparse.Namespace) -> int:
     from fastload.dataset import PackedDataset
     from fastload.tuning import tune
 
-    dataset = PackedDataset(args.path, image_size=args.image_size, train=not args.eval)
+    dataset = PackedDataset(args.path, image_size=args.image_size, train=not args.eval,
+                            storage_options=_storage_options(args))
     settings = tune(dataset, batch_size=args.batch_size, batches=args.batches)
     if args.json:
         print(json.dumps({"num_workers": settings.num_workers, "prefetch_factor": settings.prefetch_factor,
@@ -133,6 +135,19 @@ def _doctor(args: argparse.Namespace) -> int:
                     num_workers=args.num_workers, duration=args.duration, samples=args.samples,
                     cold=args.cold, model_step=_model_step(args), progress=False if args.quiet else None)
     return _report(report, args)
+
+
+def _storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    from fastload.storage.location import parse_storage_options
+
+    return parse_storage_options(args.storage_option) or None
+
+
+def _add_storage_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an fsspec option of the object store in a URL (repeat): endpoint_url=http://"
+                        "host:9000, anon=true, key=..., secret=...; credentials otherwise come the "
+                        "store's standard way (environment variables, config files)")
 
 
 def _model_step(args: argparse.Namespace) -> float | None:
@@ -193,17 +208,18 @@ def _whole_number(text: str) -> int | float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fastload.config import MAX_FILE_SIZE, MAX_PIXELS
-
     from fastload import __version__
+    from fastload.config import MAX_FILE_SIZE, MAX_PIXELS
 
     parser = argparse.ArgumentParser(prog="fastload", description="Pack small files into shards and load them fast.")
     parser.add_argument("--version", action="version", version=f"fastload {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("pack", help="pack a folder or CSV/JSONL file list into LMDB/HDF5 shards")
-    p.add_argument("src", help="ImageFolder tree, flat folder, or .csv/.jsonl file list")
-    p.add_argument("-o", "--out", help="output dataset folder (default: SRC.fl next to SRC)")
+    p.add_argument("src", help="ImageFolder tree, flat folder, .csv/.jsonl file list, or a store prefix "
+                               "of small objects (s3://bucket/images/)")
+    p.add_argument("-o", "--out", help="output dataset folder or store URL (s3://bucket/images.fl; "
+                                       "default: SRC.fl next to SRC)")
     p.add_argument("--format", choices=["lmdb", "hdf5"], default="lmdb", help="shard storage (default lmdb)")
     p.add_argument("--shard-size", default="256MB", help="target shard size, e.g. 256MB, 1GiB (default 256MB)")
     p.add_argument("--workers", type=int, default=None, help="parallel reads: 8×N files read ahead, N decode threads (default 4 per core, 4..16)")
@@ -230,16 +246,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace a finished dataset at OUT once the new one is complete (only a "
                         "folder holding a fastload dataset alone; an identical re-run does nothing)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_storage_option(p)
+    p.add_argument("--staging", metavar="DIR", default=None,
+                   help="with OUT in an object store: the local folder the shards are written in before "
+                        "upload (default: in the cache folder, FASTLOAD_CACHE_DIR or ~/.cache/fastload)")
     p.set_defaults(run=_pack)
 
     p = sub.add_parser("info", help="show what a packed dataset holds")
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_storage_option(p)
     p.set_defaults(run=_info)
 
     p = sub.add_parser("verify", help="recompute every record's checksum; exit 1 if anything is wrong")
     p.add_argument("path")
     p.add_argument("--decode", action="store_true", help="also decode every image")
+    _add_storage_option(p)
     p.set_defaults(run=_verify)
 
     p = sub.add_parser("tune", help="measure a short grid of loader settings on a packed dataset")
@@ -249,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval", action="store_true", help="tune the eval pipeline (default: train)")
     p.add_argument("--batches", type=int, default=6, help="timed batches per candidate (default 6)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_storage_option(p)
     p.set_defaults(run=_tune)
 
     p = sub.add_parser("bench", help="loaders side by side: torch ImageFolder vs fastload, same records")

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from fastload.format.layout import (
     IMAGE_EXTENSIONS, INDEX_DIR, MANIFEST_NAME, PACK_LOCK_NAME, PACK_STATE_DIR, SHARD_NAME,
-    SKIPPED_REPORT_NAME,
+    SKIPPED_REPORT_NAME, UPLOAD_JOURNAL_NAME,
 )
 
 WRITE_PROBE = ".pack.write-test"
 # Names a running or interrupted pack may leave at the top of its folder (shards: SHARD_NAME).
 PACK_WORK_NAMES = frozenset({PACK_STATE_DIR, PACK_LOCK_NAME, WRITE_PROBE, INDEX_DIR, SKIPPED_REPORT_NAME,
-                             SKIPPED_REPORT_NAME + ".tmp", MANIFEST_NAME + ".tmp"})
+                             SKIPPED_REPORT_NAME + ".tmp", MANIFEST_NAME + ".tmp", UPLOAD_JOURNAL_NAME})
 _LOOK_AT = 2000  # entries looked at to tell an image folder from anything else
 
 

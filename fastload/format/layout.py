@@ -15,6 +15,7 @@ INDEX_DIR = "index"
 SKIPPED_REPORT_NAME = "skipped.jsonl"
 PACK_STATE_DIR = ".pack"
 PACK_LOCK_NAME = ".pack.lock"
+UPLOAD_JOURNAL_NAME = ".pack.uploads"  # a pack to an object store: the shards uploaded so far
 
 # Files packed as images (decoded by the image pipeline); other files are packed as bytes.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")

@@ -1,0 +1,224 @@
+"""Datasets in a real S3-compatible server (moto, on 127.0.0.1): packed there, read back by byte
+range, refused when changed, and read through a proxy that puts faults on the wire."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from converters import pack
+from fastload import PackedDataset
+from fastload.errors import (
+    CorruptRecordError, DatasetNotFoundError, ManifestError, RemoteAccessDenied, RemoteReadError,
+)
+from fastload.storage.remote import RemoteStore
+from fastload.storage.retry import RetryPolicy
+from tests.conftest import make_jpeg
+
+FAST_RETRY = RetryPolicy(attempts=3, base=0.01, cap=0.05)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    """40 small JPEGs in 2 classes, and local LMDB and HDF5 packs of them (the reference)."""
+    root = tmp_path_factory.mktemp("remote") / "images"
+    for c in range(2):
+        (root / f"c{c}").mkdir(parents=True)
+        for i in range(20):
+            (root / f"c{c}" / f"{i:02d}.jpg").write_bytes(make_jpeg(72 + i, 56, seed=i + 50 * c))
+    for fmt in ("lmdb", "hdf5"):
+        pack(root, root.parent / f"local-{fmt}.fl", format=fmt, shard_size="20KB", progress=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def uploaded(tree, s3_server):
+    """Both formats packed straight to the server (several shards each)."""
+    bucket = s3_server.make_bucket("packed-module")
+    opts = s3_server.storage_options()
+    for fmt in ("lmdb", "hdf5"):
+        pack(tree, f"s3://{bucket}/{fmt}.fl", format=fmt, shard_size="20KB", progress=False,
+             storage_options=opts, staging=tree.parent / f"staging-{fmt}")
+    return bucket
+
+
+@pytest.mark.parametrize("fmt", ["lmdb", "hdf5"])
+def test_packed_to_the_store_reads_back_bit_exact(tree, uploaded, s3_server, fmt, tmp_path):
+    local = PackedDataset(tree.parent / f"local-{fmt}.fl")
+    remote = PackedDataset(f"s3://{uploaded}/{fmt}.fl", storage_options=s3_server.storage_options(),
+                           cache_dir=tmp_path / "cache")
+    assert len(remote.manifest.shards) > 1 and all(s.etag for s in remote.manifest.shards)
+    assert remote.classes == local.classes and list(remote.targets) == list(local.targets)
+    order = np.random.default_rng(0).permutation(len(local)).tolist()
+    assert remote.reader.read_many(order) == local.reader.read_many(order)
+    decoded = PackedDataset(f"s3://{uploaded}/{fmt}.fl", storage_options=s3_server.storage_options(),
+                            image_size=32, train=False, cache_limit=0)
+    eval_local = PackedDataset(tree.parent / f"local-{fmt}.fl", image_size=32, train=False)
+    assert all(bool((decoded[i][0] == eval_local[i][0]).all()) for i in (0, 17, 39))
+
+
+def test_the_same_pack_again_is_already_packed(tree, uploaded, s3_server):
+    report = pack(tree, f"s3://{uploaded}/lmdb.fl", shard_size="20KB", progress=False,
+                  storage_options=s3_server.storage_options(), staging=tree.parent / "staging-again")
+    assert report.already_packed
+    with pytest.raises(Exception, match="--overwrite"):
+        pack(tree, f"s3://{uploaded}/lmdb.fl", shard_size="30KB", progress=False,
+             storage_options=s3_server.storage_options(), staging=tree.parent / "staging-again")
+
+
+def test_overwrite_replaces_and_removes_the_old_shards(tree, s3_server, s3_bucket, tmp_path):
+    url, opts = f"s3://{s3_bucket}/x.fl", s3_server.storage_options()
+    pack(tree, url, shard_size="10KB", progress=False, storage_options=opts, staging=tmp_path / "a")
+    pack(tree, url, shard_size="60KB", progress=False, storage_options=opts, staging=tmp_path / "b",
+         overwrite=True)
+    ds = PackedDataset(url, storage_options=opts, cache_limit=0)
+    names = {name for name, _, _ in RemoteStore(url, opts).list_objects()}
+    assert {s.file for s in ds.manifest.shards} == {n for n in names if n.startswith("shard-")}
+    assert len(ds) == 40 and not (tmp_path / "b").exists()  # the staging folder is removed
+
+
+def test_a_prefix_holding_other_objects_is_refused(tree, s3_server, s3_bucket, tmp_path):
+    store = RemoteStore(f"s3://{s3_bucket}/mine", s3_server.storage_options())
+    store.put_bytes("notes.txt", b"my notes")
+    with pytest.raises(Exception, match="notes.txt"):
+        pack(tree, store.url, progress=False, storage_options=s3_server.storage_options(),
+             staging=tmp_path / "s")
+    assert store.read_file("notes.txt", 100) == b"my notes"
+
+
+def test_pack_from_a_store_prefix_equals_the_local_pack(tree, s3_server, s3_bucket, tmp_path):
+    store = RemoteStore(f"s3://{s3_bucket}/images", s3_server.storage_options())
+    for path in sorted(tree.rglob("*.jpg")):
+        store.put_bytes(path.relative_to(tree).as_posix(), path.read_bytes())
+    store.put_bytes("c0/readme.txt", b"not an image")
+    report = pack(store.url, tmp_path / "from-store.fl", shard_size="20KB", progress=False,
+                  storage_options=s3_server.storage_options())
+    assert report.num_records == 40 and report.ignored == {".txt": 1}
+    got, want = PackedDataset(tmp_path / "from-store.fl"), PackedDataset(tree.parent / "local-lmdb.fl")
+    assert got.classes == want.classes and list(got.targets) == list(want.targets)
+    assert [got.index.path[i] for i in range(40)] == [want.index.path[i] for i in range(40)]
+    assert got.reader.read_many(list(range(40))) == want.reader.read_many(list(range(40)))
+
+
+def test_a_missing_dataset_says_so(s3_server, s3_bucket):
+    with pytest.raises(DatasetNotFoundError, match="no manifest.json"):
+        PackedDataset(f"s3://{s3_bucket}/nothing.fl", storage_options=s3_server.storage_options())
+
+
+def _upload_local(local, store: RemoteStore) -> None:
+    """Copy a local dataset folder into the store as a user's `aws s3 sync` would (no ETags recorded)."""
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        store.put_bytes(path.relative_to(local).as_posix(), path.read_bytes())
+
+
+def test_a_shard_changed_in_the_store_is_refused(tree, uploaded, s3_server, s3_bucket):
+    opts = s3_server.storage_options()
+    source = RemoteStore(f"s3://{uploaded}/lmdb.fl", opts)
+    copy = RemoteStore(f"s3://{s3_bucket}/copy.fl", opts)
+    for name, size, _ in source.list_objects():
+        copy.put_bytes(name, source.read_file(name, size))
+    PackedDataset(copy.url, storage_options=opts, cache_limit=0)  # an exact copy: its ETags match
+    shard = source.read_file("shard-00001.lmdb", 10**7)
+    copy.put_bytes("shard-00001.lmdb", shard[:-1] + bytes([shard[-1] ^ 1]))  # same size, other bytes
+    with pytest.raises(ManifestError, match="shard-00001.lmdb: ETag .* replaced since the pack"):
+        PackedDataset(copy.url, storage_options=opts, cache_limit=0)
+    copy.put_bytes("shard-00001.lmdb", shard + b"\0" * 4096)
+    with pytest.raises(ManifestError, match="bytes in the store, the manifest says"):
+        PackedDataset(copy.url, storage_options=opts, cache_limit=0)
+
+
+def test_a_damaged_record_in_the_store_is_skipped_and_counted(tree, s3_server, s3_bucket, tmp_path):
+    import shutil
+
+    local = tmp_path / "damaged.fl"
+    shutil.copytree(tree.parent / "local-hdf5.fl", local)
+    ds = PackedDataset(local)
+    _, offset, size = ds.reader.locate(5)
+    shard = local / ds.manifest.shards[int(ds.index.shard[5])].file
+    data = bytearray(shard.read_bytes())
+    data[offset + size // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    store = RemoteStore(f"s3://{s3_bucket}/damaged.fl", s3_server.storage_options())
+    _upload_local(local, store)
+    remote = PackedDataset(store.url, storage_options=s3_server.storage_options(), image_size=32,
+                           on_error="skip", cache_dir=tmp_path / "cache")
+    with pytest.warns(Warning, match="record 5"):
+        batch = remote.__getitems__(list(range(8)))
+    assert len(batch) == 7 and remote.skipped == 1
+    with pytest.raises(CorruptRecordError, match="record 5 .*checksum"):
+        remote.reader.read_many([5])
+
+
+# --- faults on the wire --------------------------------------------------------------------------
+
+@pytest.fixture()
+def through_proxy(uploaded, s3_server, fault_proxy):
+    """The LMDB dataset's store folder reached through the fault proxy, with quick retries."""
+    opts = s3_server.storage_options(fault_proxy.url)
+    return RemoteStore(f"s3://{uploaded}/lmdb.fl", opts, retry=FAST_RETRY), fault_proxy
+
+
+def _shard_bytes(uploaded, s3_server) -> bytes:
+    return RemoteStore(f"s3://{uploaded}/lmdb.fl", s3_server.storage_options()).read_file("shard-00000.lmdb", 10**7)
+
+
+def _is_range_get(request) -> bool:
+    return request.method == "GET" and "range" in request.headers
+
+
+@pytest.mark.parametrize("fault", ["503", "500", "reset", "truncate"])
+def test_transient_faults_are_retried_and_never_give_wrong_bytes(through_proxy, uploaded, s3_server, fault):
+    store, proxy = through_proxy
+    want = _shard_bytes(uploaded, s3_server)
+    ranges = [("shard-00000.lmdb", start, 3000) for start in (0, 5000, 9000)]
+    proxy.fail_next(fault, count=2, match=_is_range_get)
+    got = store.read_ranges(ranges)
+    assert got == [want[s:s + n] for _, s, n in ranges]
+    assert proxy.faults_injected[fault] == 2
+
+
+def test_a_fault_that_persists_names_the_object_and_range(through_proxy):
+    store, proxy = through_proxy
+    proxy.fail_next("503", count=100, match=_is_range_get)
+    with pytest.raises(RemoteReadError, match=r"shard-00000.lmdb bytes 4096-8191: failed 3 times"):
+        store.read_ranges([("shard-00000.lmdb", 4096, 4096)])
+
+
+def test_access_denied_is_immediate_and_clear(through_proxy):
+    store, proxy = through_proxy
+    proxy.fail_next("403", count=100, match=_is_range_get)
+    with pytest.raises(RemoteAccessDenied, match="shard-00000.lmdb bytes 0-99: access denied"):
+        store.read_ranges([("shard-00000.lmdb", 0, 100)])
+    assert proxy.faults_injected["403"] == 1  # not retried
+
+
+def test_a_request_that_hangs_times_out_and_is_retried(uploaded, s3_server, fault_proxy):
+    opts = s3_server.storage_options(fault_proxy.url, config_kwargs={"read_timeout": 1, "connect_timeout": 1})
+    store = RemoteStore(f"s3://{uploaded}/lmdb.fl", opts, retry=FAST_RETRY)
+    want = _shard_bytes(uploaded, s3_server)[100:600]
+    fault_proxy.fail_next("timeout", count=1, match=_is_range_get)
+    assert store.read_ranges([("shard-00000.lmdb", 100, 500)]) == [want]
+
+
+def test_a_dataset_read_through_faults_matches_the_local_one(tree, uploaded, s3_server, fault_proxy, tmp_path):
+    opts = s3_server.storage_options(fault_proxy.url)
+    remote = PackedDataset(f"s3://{uploaded}/hdf5.fl", storage_options=opts, cache_dir=tmp_path / "c")
+    local = PackedDataset(tree.parent / "local-hdf5.fl")
+    fault_proxy.fail_next("reset", count=3, match=_is_range_get)
+    fault_proxy.fail_next("truncate", count=3, match=_is_range_get)
+    assert remote.reader.read_many(list(range(40))) == local.reader.read_many(list(range(40)))
+
+
+def test_the_second_epoch_reads_the_cache_not_the_store(tree, uploaded, s3_server, fault_proxy, tmp_path):
+    opts = s3_server.storage_options(fault_proxy.url)
+    remote = PackedDataset(f"s3://{uploaded}/lmdb.fl", storage_options=opts, cache_dir=tmp_path / "c")
+    order = np.random.default_rng(1).permutation(40).tolist()
+    first = [remote.reader.read_many(order[k:k + 8]) for k in range(0, 40, 8)]
+    assert any(_is_range_get(r) for r in fault_proxy.requests)
+    fault_proxy.clear()
+    # a new dataset object (another process would do the same): the cache is on disk
+    again = PackedDataset(f"s3://{uploaded}/lmdb.fl", storage_options=opts, cache_dir=tmp_path / "c")
+    second = [again.reader.read_many(order[k:k + 8]) for k in range(0, 40, 8)]
+    # (the manifest and index are read again at open: small files, not cached)
+    assert not [r for r in fault_proxy.requests if _is_range_get(r) and "/shard-" in r.path]
+    assert first == second
