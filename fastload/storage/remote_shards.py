@@ -111,7 +111,7 @@ class RemoteShards:
         out: list[bytes | None] = [None] * len(places)
         budget = FILL_BUDGET
         direct: list[int] = []
-        fills: dict[tuple[int, int, int], tuple[RemoteShard, int, int]] = {}
+        fills: dict[tuple[int, int], tuple[RemoteShard, int, int]] = {}
         for k, (shard, offset, size) in enumerate(places):
             entry = shard.entry  # once: another thread may drop it (see _keep)
             if entry is None:
@@ -119,25 +119,39 @@ class RemoteShards:
                 continue
             missing = entry.missing([(offset, size)])
             if not missing:
-                out[k] = self._from_entry(shard, offset, size)
+                out[k] = self._cached(entry, offset, size)
                 continue
             if budget > 0:  # the whole aligned pieces around the record: later reads will want them
                 first, last = offset // FILL_PIECE, (offset + size - 1) // FILL_PIECE
                 missing = entry.missing([(p * FILL_PIECE, FILL_PIECE) for p in range(first, last + 1)])
             for start, length in missing:
-                if (id(shard), start, length) not in fills:
-                    fills[(id(shard), start, length)] = (shard, start, length)
+                if (id(shard), start) not in fills:
+                    fills[(id(shard), start)] = (shard, start, length)
                     budget -= length
         wanted = [(places[k][0].name, places[k][1], places[k][2]) for k in direct]
         wanted += [(shard.name, start, length) for shard, start, length in fills.values()]
         bodies = self.store.read_ranges(wanted) if wanted else []
         for k, body in zip(direct, bodies):
             out[k] = body
+        fetched: dict[int, list[tuple[int, bytes]]] = {}
         for (shard, start, _), body in zip(fills.values(), bodies[len(direct):]):
+            fetched.setdefault(id(shard), []).append((start, body))
             self._keep(shard, start, body)
+        # Each record from the piece fetched around it, else from the cache (its blocks there and
+        # fetched ones together); what neither holds (dropped meanwhile) in one more round.
+        again = []
         for k, (shard, offset, size) in enumerate(places):
             if out[k] is None:
-                out[k] = self._from_entry(shard, offset, size)
+                out[k] = _slice(fetched.get(id(shard), ()), offset, size)
+            entry = shard.entry
+            if out[k] is None and entry is not None:
+                out[k] = self._cached(entry, offset, size)
+            if out[k] is None:
+                again.append(k)
+        if again:
+            for k, body in zip(again, self.store.read_ranges([(places[k][0].name, places[k][1], places[k][2])
+                                                             for k in again])):
+                out[k] = body
         return out  # type: ignore[return-value]
 
     def refetch(self, place: Place) -> bytes:
@@ -162,14 +176,20 @@ class RemoteShards:
         if not kept:  # evicted by another process and no room to come back: read this shard through
             shard.entry = None
 
-    def _from_entry(self, shard: RemoteShard, offset: int, size: int) -> bytes:
-        entry = shard.entry
-        if entry is not None:
-            try:
-                return entry.read(offset, size)
-            except BlocksMissing:  # not kept, or another process dropped them since: fetch them
-                pass
-        return self.store.read_ranges([(shard.name, offset, size)])[0]
+    @staticmethod
+    def _cached(entry: Any, offset: int, size: int) -> bytes | None:
+        try:
+            return entry.read(offset, size)
+        except BlocksMissing:  # not kept, or another process dropped them since
+            return None
+
+
+def _slice(spans: Sequence[tuple[int, bytes]], offset: int, size: int) -> bytes | None:
+    """The bytes at ``offset`` from whichever fetched ``(start, body)`` holds them all, or None."""
+    for start, body in spans:
+        if start <= offset and offset + size <= start + len(body):
+            return body[offset - start:offset - start + size]
+    return None
 
 
 class _RangeStream(io.RawIOBase):

@@ -222,3 +222,23 @@ def test_the_second_epoch_reads_the_cache_not_the_store(tree, uploaded, s3_serve
     # (the manifest and index are read again at open: small files, not cached)
     assert not [r for r in fault_proxy.requests if _is_range_get(r) and "/shard-" in r.path]
     assert first == second
+
+
+def test_worker_processes_share_one_bounded_cache(tree, uploaded, s3_server, tmp_path):
+    import torch
+
+    import fastload
+
+    opts, limit = s3_server.storage_options(), 70_000  # a few of the dataset's shards, not all
+    remote = PackedDataset(f"s3://{uploaded}/lmdb.fl", storage_options=opts, image_size=32, train=False,
+                           cache_dir=tmp_path / "c", cache_limit=limit)
+    local = PackedDataset(tree.parent / "local-lmdb.fl", image_size=32, train=False)
+    assert sum(s.bytes for s in remote.manifest.shards) > limit
+    batches = {}
+    for name, ds in (("remote", remote), ("local", local)):
+        loader = fastload.DataLoader(ds, batch_size=8, num_workers=2, shuffle=False)
+        batches[name] = [(images.clone(), labels.clone()) for _ in range(2) for images, labels in loader]
+    assert len(batches["remote"]) == len(batches["local"]) == 10
+    for (a, la), (b, lb) in zip(batches["remote"], batches["local"]):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+    assert 0 < remote.cache.usage() <= limit
