@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +65,6 @@ def pack_to_store(job: Any, store: RemoteStore, staging: str | os.PathLike[str] 
         with ShardUploads(store, folder, objects, job.progress) as uploads:
             if staged.manifest is not None and job.same_pack(staged.manifest):
                 # packed locally before a kill, not all uploaded: upload the rest, pack nothing again
-                from converters.pack import _already_packed
-
                 report = _already_packed(folder, staged.manifest)
                 report.already_packed, report.resumed_shards = False, len(staged.manifest.shards)
                 for shard in staged.manifest.shards:
@@ -80,9 +79,8 @@ def pack_to_store(job: Any, store: RemoteStore, staging: str | os.PathLike[str] 
             _put(store, folder / name, name)
         keep = {s.file for s in manifest.shards} | set(small)
         store.remove([name for name in objects if name not in keep and name != MANIFEST_NAME])
-        shards = [s.__class__(**{**s.__dict__, "etag": uploaded[s.file].etag}) for s in manifest.shards]
-        final = manifest.__class__(**{**manifest.__dict__, "shards": shards})
-        _publish(store, final.to_json().encode())
+        shards = [replace(s, etag=uploaded[s.file].etag) for s in manifest.shards]
+        _publish(store, replace(manifest, shards=shards).to_json().encode())
     remove_dataset(folder, manifest)  # the store holds the dataset now; the journals go too
     report.out = store.url  # type: ignore[assignment]
     return report

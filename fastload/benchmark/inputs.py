@@ -59,6 +59,13 @@ def resolve(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]
 
     ``pack_missing=False`` leaves a folder with no packed copy as it is (doctor needs none).
     """
+    from fastload.storage.location import is_remote
+
+    for where in (src, *packed):
+        if is_remote(where):  # (issue 16: store rows in bench and doctor are still to come)
+            raise SourceError(f"{where}: `fastload bench` and `doctor` read local folders and datasets "
+                              "only, so far; `fastload tune URL` measures loader settings on a dataset "
+                              "in an object store")
     root = Path(src)
     if not root.exists():
         raise SourceNotFoundError(f"{root}: no such image folder or packed dataset; check the path")
