@@ -24,39 +24,30 @@ import contextlib
 import errno
 import fcntl
 import json
-import mmap
 import os
 import re
 import shutil
 import stat
-import threading
-import time
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Literal, NamedTuple
 
 import xxhash
 
-from fastload.errors import FastloadError
 from fastload.format.files import create_new, kind_of, read_regular
-
-BLOCK = 64 * 1024
-"""The unit of presence: bytes are kept, marked and evicted whole blocks at a time (one map byte each)."""
-
-TOUCH_EVERY = 60.0
-"""Seconds between two checks by one process's reads that an entry is still the cache's (and is used)."""
+from fastload.storage.cache_entry import (
+    BLOCK, TOUCH_EVERY, BlocksMissing, CacheEntry, _check_file, _Files, _map_len, _open, _present,
+    _read_meta, _touch,
+)
 
 TOTALS = ".totals.json"
 """Bytes reserved per dataset, so that most admissions read one small file instead of every entry.
 It exists only while it agrees with the entries: removed before any entry is made or dropped, written
 after, so a holder killed in between leaves the entries to be counted again."""
 
+__all__ = ["BLOCK", "TOUCH_EVERY", "BlocksMissing", "CacheEntry", "CacheInfo", "NodeCache"]
+
 _ENTRY = re.compile(r"[0-9a-f]{32}")
-_ABSENT = re.compile(rb"\x00+")
-
-
-class BlocksMissing(FastloadError, LookupError):
-    """A read asked for bytes whose cache blocks are not present: fetch what ``missing()`` names first."""
 
 
 class CacheInfo(NamedTuple):
@@ -256,181 +247,6 @@ class NodeCache:
         os.rename(tmp, self._path(name))
 
 
-class CacheEntry:
-    """One remote file's bytes in the node cache: read where present, written whole blocks at a time.
-
-    Safe for concurrent use by threads (``pread``/``pwrite`` and single-byte map stores need no lock).
-    Pickled or inherited through fork, an entry opens its files again in the new process.
-    """
-
-    def __init__(self, cache: NodeCache, name: str, key: str, size: int, dataset: str, files: _Files) -> None:
-        self.cache, self.name, self.key, self.size, self.dataset = cache, name, key, size, dataset
-        self.path = os.path.join(cache.directory, name)
-        self._files: _Files | None = files
-        self._pid = os.getpid()
-        self._checked = time.monotonic()
-
-    def __getstate__(self) -> dict[str, object]:
-        state = self.__dict__.copy()
-        state["_files"], state["_pid"] = None, -1
-        return state
-
-    def missing(self, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-        """The ``(offset, length)`` spans, whole blocks clipped to the file, of ``ranges`` not yet
-        present, merged where adjacent (what to fetch and ``write``)."""
-        present = self._current().map
-        runs: list[tuple[int, int]] = []
-        for offset, length in ranges:
-            start, end = self._span(offset, length)
-            if start < end:
-                first = start // BLOCK
-                blocks = present[first:(end - 1) // BLOCK + 1]
-                if 0 in blocks:
-                    runs += [(first + m.start(), first + m.end()) for m in _ABSENT.finditer(blocks)]
-        merged: list[list[int]] = []
-        for first, last in sorted(runs):
-            if merged and first <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], last)
-            else:
-                merged.append([first, last])
-        return [(first * BLOCK, min(last * BLOCK, self.size) - first * BLOCK) for first, last in merged]
-
-    def read(self, offset: int, length: int) -> bytes:
-        """The cached bytes at ``offset``; BlocksMissing if any of their blocks is absent."""
-        start, end = self._span(offset, length)
-        if end - start != length:
-            raise ValueError(f"{self.path}: read of {length} bytes at {offset} runs past the end of "
-                             f"{self.key} ({self.size} bytes)")
-        files = self._current()  # held while reading: its descriptor stays open until we are done
-        if length and 0 in files.map[start // BLOCK:(end - 1) // BLOCK + 1]:
-            raise BlocksMissing(f"{self.path}: bytes {start}..{end} of {self.key} are not all cached; "
-                                "fetch and write the spans missing() names, then read")
-        parts = []
-        while start < end:
-            part = os.pread(files.fd, end - start, start)
-            if not part:
-                raise OSError(f"{self.path}/data: ends before byte {start} (truncated by hand?); "
-                              "clear the cache")
-            parts.append(part)
-            start += len(part)
-        if time.monotonic() - self._checked > TOUCH_EVERY:
-            self._checked = time.monotonic()
-            if os.fstat(files.fd).st_nlink == 0:
-                self._reattach(files)  # evicted elsewhere: let go of its unlinked file
-            else:
-                _touch(self.path)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def write(self, offset: int, data: bytes | memoryview) -> bool:
-        """Keep ``data`` (whole blocks from ``offset``; the last may end at the end of the file) and
-        mark its blocks present; False when it was not kept (the entry lost its place in the cache)."""
-        view = memoryview(data).cast("B")
-        end = offset + len(view)
-        if offset < 0 or offset % BLOCK or end > self.size or (end % BLOCK and end != self.size):
-            raise ValueError(f"{self.path}: write of {len(view)} bytes at {offset} is not whole {BLOCK}-byte "
-                             f"blocks of {self.key} ({self.size} bytes); write block-aligned spans as "
-                             "missing() returns them")
-        files = self._current()
-        if files.fd >= 0 and os.fstat(files.fd).st_nlink == 0:
-            files = self._reattach(files)  # evicted by another process: writing there would leak disk
-        if files.fd < 0 or not view:
-            return files.fd >= 0
-        position = offset
-        while view:
-            written = os.pwrite(files.fd, view, position)
-            view, position = view[written:], position + written
-        first = offset // BLOCK
-        files.map[first:-(-end // BLOCK)] = b"\x01" * (-(-end // BLOCK) - first)  # only now: data is there
-        return True
-
-    def invalidate(self, offset: int, length: int) -> None:
-        """Mark the blocks covering these bytes absent (their copy failed its checksum)."""
-        start, end = self._span(offset, length)
-        if start < end:
-            first, last = start // BLOCK, (end - 1) // BLOCK + 1
-            self._current().map[first:last] = bytes(last - first)
-
-    def present_bytes(self) -> int:
-        """How many of the file's bytes are present."""
-        return _present(self._current().map, self.size)
-
-    def close(self) -> None:
-        """Let go of the files (closed once no thread still reads them); a later use opens them again."""
-        with _open_lock:
-            self._files = None
-
-    def _span(self, offset: int, length: int) -> tuple[int, int]:
-        if offset < 0 or length < 0:
-            raise ValueError(f"{self.path}: range ({offset}, {length}) of {self.key} is negative")
-        return min(offset, self.size), min(offset + length, self.size)
-
-    def _current(self) -> _Files:
-        files = self._files
-        if files is None or self._pid != os.getpid():
-            with _open_lock:  # forked, unpickled or closed: open once here, never reuse a descriptor
-                if self._files is None or self._pid != os.getpid():
-                    self._files = self._admit()
-                    self._pid = os.getpid()
-                files = self._files
-        return files
-
-    def _reattach(self, old: _Files) -> _Files:
-        with _open_lock:
-            if self._files is old:
-                self._files = self._admit()
-            return self._files  # type: ignore[return-value]
-
-    def _admit(self) -> _Files:
-        files = self.cache._attach(self.name, self.key, self.size, self.dataset)
-        return files if files is not None else _Files(-1, bytearray(_map_len(self.size)))
-
-
-class _Files:
-    """One process's descriptor of an entry's data and its shared map; closed when dropped, so a
-    thread still reading keeps them open. A descriptor of -1 (and a private map): not admitted."""
-
-    __slots__ = ("fd", "map")
-
-    def __init__(self, fd: int, present: mmap.mmap | bytearray) -> None:
-        self.fd, self.map = fd, present
-
-    def __del__(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-
-
-def _open(path: str, key: str, size: int) -> _Files | None:
-    """The entry's files at ``path``, or None when there is none or it is damaged."""
-    if not os.path.lexists(path):
-        return None
-    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        meta = _read_meta(path)
-        if meta["key"] != key or meta["size"] != size:
-            raise ValueError("another file's entry")  # a hash collision, or a key of another size
-        _check_file(os.path.join(path, "data"), size)  # under the lock: nothing changes them meanwhile
-        _check_file(os.path.join(path, "map"), _map_len(size))
-        files = _Files(os.open(os.path.join(path, "data"), flags), bytearray())  # closed when dropped
-        map_fd = os.open(os.path.join(path, "map"), flags)
-        try:
-            files.map = mmap.mmap(map_fd, _map_len(size), mmap.MAP_SHARED)  # every process sees every mark
-        finally:
-            os.close(map_fd)  # the mapping stays
-        if files.map[:].translate(None, b"\x00\x01"):
-            raise ValueError("map holds bytes other than 0 and 1")
-        return files
-    except (OSError, ValueError):
-        return None
-
-
-def _read_meta(path: str) -> dict:
-    meta = json.loads(read_regular(os.path.join(path, "meta.json"), 1 << 16, follow_links=False))
-    if not (isinstance(meta, dict) and isinstance(meta.get("key"), str) and isinstance(meta.get("dataset"), str)
-            and type(meta.get("size")) is int and meta["size"] >= 0 and meta.get("block") == BLOCK):
-        raise ValueError(f"{path}/meta.json: not an entry's sidecar")
-    return meta
-
-
 def _by_dataset(found: Iterable[_Found]) -> dict[str, int]:
     totals: dict[str, int] = {}
     for entry in found:
@@ -438,29 +254,11 @@ def _by_dataset(found: Iterable[_Found]) -> dict[str, int]:
     return totals
 
 
-def _check_file(path: str, size: int) -> None:
-    st = os.lstat(path)
-    if not stat.S_ISREG(st.st_mode) or st.st_size != size:
-        raise ValueError(f"{path}: {kind_of(st.st_mode)} of {st.st_size} bytes, expected {size}")
-
-
 def _read_map(path: str, size: int) -> bytes:
     try:
         return read_regular(os.path.join(path, "map"), _map_len(size), follow_links=False)
     except OSError:
         return b""
-
-
-def _present(present: mmap.mmap | bytearray | bytes, size: int) -> int:
-    count = present[:].count(1)
-    blocks = -(-size // BLOCK)
-    if count and blocks and present[blocks - 1] == 1:
-        return count * BLOCK - (blocks * BLOCK - size)  # the last block is short
-    return count * BLOCK
-
-
-def _map_len(size: int) -> int:
-    return max(1, -(-size // BLOCK))  # an empty file still maps one (unused) byte: mmap needs one
 
 
 def _write_new(path: str, data: bytes) -> None:
@@ -471,12 +269,6 @@ def _write_new(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def _touch(path: str) -> None:
-    now = time.time_ns()  # set, not taken from the file system's clock, which ticks only every few ms
-    with contextlib.suppress(FileNotFoundError):
-        os.utime(os.path.join(path, "meta.json"), ns=(now, now), follow_symlinks=False)
-
-
 def _remove(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         if stat.S_ISDIR(os.lstat(path).st_mode):
@@ -485,13 +277,3 @@ def _remove(path: str) -> None:
             os.unlink(path)
 
 
-_open_lock = threading.Lock()
-
-
-def _new_lock_after_fork() -> None:
-    """A parent thread may have held the lock at the fork; the child's copy would stay locked."""
-    global _open_lock
-    _open_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_new_lock_after_fork)
