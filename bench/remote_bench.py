@@ -1,0 +1,346 @@
+"""Far storage benchmark: the benchmark photos in a real S3-compatible server behind a proxy that adds
+a round trip to every request, read as small objects and as a packed dataset, side by side.
+
+    python bench/remote_bench.py bench/data/photos bench/data/photos.rm.fl \\
+        --json bench/results/remote.json
+
+The server is moto's (``moto[server]``, a dev dependency) on 127.0.0.1; in front of it the tests'
+fault proxy (tests/remote/fault_proxy.py) adds ``--latency`` seconds (default 20 ms) before each
+request is forwarded. Every contender keeps ``--in-flight`` (64) requests in flight. Each row runs
+in a fresh process (its peak RSS is its own); the proxy counts the requests and bytes each row asked
+the store for. Rows:
+
+* ``small objects``: the photos as one object each, shuffled, one GET per photo (the baseline);
+* ``packed, no cache``: ``PackedDataset(url, cache_limit=0)``: each record's exact byte range,
+  neighbours coalesced;
+* ``packed, cache cold`` / ``warm``: with the node cache (epoch 1 fetches aligned 4 MiB pieces and
+  keeps them; epoch 2 reads the cache);
+* ``local disk``: the same raw reads of the same packed dataset on the local disk (warm page cache);
+* ``train ...``: ``fastload.DataLoader(PackedDataset(..., image_size=224, train=True),
+  batch_size=64, shuffle=True)`` (RandomResizedCrop 224 + flip) for one epoch, from the local disk
+  and from the store (cold cache, then warm);
+* ``policy keep`` / ``policy lru``: a cache of half the dataset, three epochs of shuffled raw reads:
+  what each epoch fetched from the store.
+
+Nothing asserts on time; the ratios are printed and written to ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("photos", help="the local photo folder (ImageFolder tree)")
+    p.add_argument("packed", help="a local packed dataset of the same photos")
+    p.add_argument("--latency", type=float, default=0.02, help="seconds added to every request (0.02)")
+    p.add_argument("--in-flight", type=int, default=64, help="requests in flight per contender (64)")
+    p.add_argument("--small-records", type=int, default=3000,
+                   help="photos read by the small-objects row (its rate is per request: steady early)")
+    p.add_argument("--work", default=None, help="folder for the caches (default: a temp folder)")
+    p.add_argument("--skip-train", action="store_true", help="leave out the train pipeline rows")
+    p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--row", default=None, help=argparse.SUPPRESS)  # internal: run one row, print JSON
+    p.add_argument("--row-args", default="{}", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+# --- rows (each in its own process) ----------------------------------------------------------------
+
+def _peak_mb() -> float:
+    """This process's peak resident memory (VmHWM: ru_maxrss would carry the parent's peak over exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _batches(order: list[int], size: int = 64) -> list[list[int]]:
+    return [order[k:k + size] for k in range(0, len(order), size)]
+
+
+def row_small_objects(a: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+
+    from fastload.storage.remote import RemoteStore
+
+    store = RemoteStore(a["photos_url"], a["options"], max_in_flight=a["in_flight"])
+    objects = [(name, size) for name, size, _ in store.list_objects()]
+    order = np.random.default_rng(0).permutation(len(objects))[:a["records"]].tolist()
+    start, got = time.perf_counter(), 0
+    for batch in _batches(order):
+        got += sum(len(b) for b in store.read_ranges([(objects[i][0], 0, objects[i][1]) for i in batch]))
+    seconds = time.perf_counter() - start
+    return {"records": len(order), "seconds": seconds, "bytes": got}
+
+
+def _dataset(a: dict[str, Any], **kw: Any) -> Any:
+    from fastload import PackedDataset
+
+    if a.get("url"):
+        return PackedDataset(a["url"], storage_options=a["options"], cache_dir=a.get("cache_dir"),
+                             cache_limit=a.get("cache_limit", 0), cache_policy=a.get("policy", "keep"), **kw)
+    return PackedDataset(a["local"], **kw)
+
+
+def row_raw(a: dict[str, Any]) -> dict[str, Any]:
+    """Shuffled raw record reads, a batch of 64 at a time, for ``epochs`` epochs."""
+    import numpy as np
+
+    ds = _dataset(a)
+    if ds.reader.remote is not None:
+        ds.reader.remote.store.max_in_flight = a["in_flight"]
+    epochs = []
+    for epoch in range(a.get("epochs", 1)):
+        order = np.random.default_rng([0, epoch]).permutation(len(ds)).tolist()
+        start, got = time.perf_counter(), 0
+        for batch in _batches(order):
+            got += sum(len(p) for p in ds.reader.read_many(batch))
+        epochs.append({"records": len(order), "seconds": time.perf_counter() - start, "bytes": got})
+    out = dict(epochs[0])
+    out["epochs"] = epochs
+    if ds.cache is not None:
+        out["cache_usage"], out["cache_limit"] = ds.cache.usage(), ds.cache.limit
+    return out
+
+
+def row_train(a: dict[str, Any]) -> dict[str, Any]:
+    import fastload
+
+    ds = _dataset(a, image_size=224, train=True)
+    if ds.reader.remote is not None:
+        ds.reader.remote.store.max_in_flight = a["in_flight"]
+    loader = fastload.DataLoader(ds, batch_size=64, shuffle=True)
+    epochs = []
+    for epoch in range(a.get("epochs", 1)):
+        start, n = time.perf_counter(), 0
+        for images, _ in loader:
+            n += len(images)
+        epochs.append({"records": n, "seconds": time.perf_counter() - start})
+    out = dict(epochs[0])
+    out["epochs"] = epochs
+    out["settings"] = str(loader.settings)
+    return out
+
+
+def _drop_cache(paths: list[str]) -> None:
+    """Evict the files from the page cache (a cold read), as `fastload bench --cold` does."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def row_pread(a: dict[str, Any]) -> dict[str, Any]:
+    """The disk's own random-read rate: ``in_flight`` threads each ``pread`` one record at a time,
+    the records in the same shuffled order, the shard files cold."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from fastload import PackedDataset
+
+    ds = PackedDataset(a["local"])
+    order = np.random.default_rng(0).permutation(len(ds)).tolist()
+    places = [ds.reader.locate(i) for i in order]  # (fd, offset, size), found before the clock starts
+    _drop_cache([str(Path(a["local"]) / s.file) for s in ds.manifest.shards])
+    start = time.perf_counter()
+    with ThreadPoolExecutor(a["in_flight"]) as pool:
+        got = sum(pool.map(lambda p: len(os.pread(p[0], p[2], p[1])), places, chunksize=16))
+    return {"records": len(order), "seconds": time.perf_counter() - start, "bytes": got}
+
+
+def row_raw_cold(a: dict[str, Any]) -> dict[str, Any]:
+    """fastload's own shuffled raw reads of the local dataset, a batch of 64 at a time, shards cold."""
+    import numpy as np
+
+    from fastload import PackedDataset
+
+    ds = PackedDataset(a["local"])
+    order = np.random.default_rng(0).permutation(len(ds)).tolist()
+    ds.reader.read_many(order[:2])  # shards opened (the LMDB page walk) before the clock starts
+    _drop_cache([str(Path(a["local"]) / s.file) for s in ds.manifest.shards])
+    start, got = time.perf_counter(), 0
+    for batch in _batches(order):
+        got += sum(len(p) for p in ds.reader.read_many(batch))
+    return {"records": len(order), "seconds": time.perf_counter() - start, "bytes": got}
+
+
+def row_pieces(a: dict[str, Any]) -> dict[str, Any]:
+    """The store's own ceiling for the cold epoch: every aligned 4 MiB piece of every shard, in a
+    shuffled order, 8 at a time (as a cold read fetches them), no cache and no checksums; the rate
+    is in records' worth of bytes per second (bytes / mean record size)."""
+    import numpy as np
+
+    from fastload.format import read_manifest
+    from fastload.storage.remote import RemoteStore
+    from fastload.storage.remote_shards import FILL_BUDGET, FILL_PIECE
+
+    manifest = read_manifest(a["local"])
+    store = RemoteStore(a["url"], a["options"], max_in_flight=a["in_flight"])
+    pieces = [(s.file, start, min(FILL_PIECE, s.bytes - start))
+              for s in manifest.shards for start in range(0, s.bytes, FILL_PIECE)]
+    order = np.random.default_rng(0).permutation(len(pieces)).tolist()
+    per = FILL_BUDGET // FILL_PIECE
+    start, got = time.perf_counter(), 0
+    for k in range(0, len(order), per):
+        got += sum(len(b) for b in store.read_ranges([pieces[i] for i in order[k:k + per]]))
+    seconds = time.perf_counter() - start
+    return {"records": round(got / (manifest.total_bytes / manifest.num_records)), "seconds": seconds,
+            "bytes": got}
+
+
+ROWS = {"small": row_small_objects, "raw": row_raw, "train": row_train, "pread": row_pread,
+        "raw-cold": row_raw_cold, "pieces": row_pieces}
+
+
+# --- the run ----------------------------------------------------------------------------------------
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (the server's, or this one's: the proxy)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _run_row(name: str, kind: str, args: dict[str, Any], proxy: Any, server_pid: int) -> dict[str, Any]:
+    proxy.clear()
+    server_cpu, proxy_cpu = _cpu_seconds(server_pid), _cpu_seconds(os.getpid())
+    done = subprocess.run([sys.executable, __file__, "x", "x", "--row", kind, "--row-args", json.dumps(args)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"row {name!r} failed:\n{done.stderr[-4000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    # the store and the proxy run on the same 2 cores as the reader: what they took is not the reader's
+    result["server_cpu_s"] = _cpu_seconds(server_pid) - server_cpu
+    result["proxy_cpu_s"] = _cpu_seconds(os.getpid()) - proxy_cpu
+    requests = proxy.requests
+    result["requests"] = len(requests)
+    result["range_bytes"] = sum(_range_length(r) for r in requests)
+    result["name"] = name
+    for e in result.get("epochs", []):
+        e["rate"] = e["records"] / e["seconds"]
+    result["rate"] = result["records"] / result["seconds"]
+    total = sum(e["seconds"] for e in result.get("epochs", [result]))
+    print(f"{name:<28} {result['rate']:>9,.0f} records/s  {result['records']:>6} records  "
+          f"{result['requests']:>6} requests  peak {result['peak_mb']:.0f} MB  store+proxy CPU "
+          f"{(result['server_cpu_s'] + result['proxy_cpu_s']) / total:.2f} cores", flush=True)
+    return result
+
+
+def _range_length(request: Any) -> int:
+    spec = request.headers.get("range", "")
+    if not spec.startswith("bytes="):
+        return 0
+    lo, _, hi = spec[6:].partition("-")
+    return int(hi) - int(lo) + 1 if lo and hi else 0
+
+
+def _upload(photos: Path, packed: Path, server: Any) -> tuple[str, str]:
+    from fastload.storage.remote import RemoteStore
+
+    bucket = server.make_bucket("bench")
+    photos_store = RemoteStore(f"s3://{bucket}/photos", server.storage_options())
+    for path in sorted(p for p in photos.rglob("*") if p.is_file()):
+        photos_store.put_file(path, path.relative_to(photos).as_posix())
+    packed_store = RemoteStore(f"s3://{bucket}/photos.fl", server.storage_options())
+    for path in sorted(p for p in packed.rglob("*") if p.is_file() and p.name != "manifest.json"):
+        packed_store.put_file(path, path.relative_to(packed).as_posix())
+    packed_store.put_file(packed / "manifest.json", "manifest.json")  # last, as a pack does
+    return photos_store.url, packed_store.url
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.row:
+        result = ROWS[args.row](json.loads(args.row_args))
+        result["peak_mb"] = _peak_mb()
+        print(json.dumps(result))
+        return 0
+    from fastload.format import read_manifest
+    from tests.remote.fault_proxy import FaultProxy
+    from tests.remote.s3_server import start_s3_server
+
+    work = Path(args.work or tempfile.mkdtemp(prefix="fastload-remote-bench-"))
+    server = start_s3_server(preload=str(REPO / "bench" / "ranged_moto.py"))
+    try:
+        t = time.perf_counter()
+        photos_url, packed_url = _upload(Path(args.photos), Path(args.packed), server)
+        print(f"uploaded in {time.perf_counter() - t:.0f} s", flush=True)
+        with FaultProxy(server.host, server.port) as proxy:
+            proxy.latency = args.latency
+            opts = server.storage_options(proxy.url)
+            common = {"options": opts, "in_flight": args.in_flight}
+            total = read_manifest(args.packed).total_bytes
+            rows = []
+
+            def cache(name: str) -> str:
+                path = work / name
+                shutil.rmtree(path, ignore_errors=True)
+                return str(path)
+
+            def row(name: str, kind: str, **extra: Any) -> None:
+                rows.append(_run_row(name, kind, {**common, **extra}, proxy, server.process.pid))
+
+            row("small objects", "small", photos_url=photos_url, records=args.small_records)
+            row("packed, no cache", "raw", url=packed_url)
+            row("store ceiling, 4 MiB pieces", "pieces", url=packed_url, local=args.packed)
+            row("packed, cache cold+warm", "raw", url=packed_url, epochs=2, cache_dir=cache("c1"),
+                cache_limit=4 * total)
+            row("local disk", "raw", local=args.packed)
+            row("local disk cold, fastload", "raw-cold", local=args.packed)
+            row("local disk cold, pread x64", "pread", local=args.packed)
+            for policy in ("keep", "lru"):
+                row(f"policy {policy}, cache 1/2", "raw", url=packed_url, epochs=3,
+                    cache_dir=cache(f"p-{policy}"), cache_limit=total // 2, policy=policy)
+            if not args.skip_train:
+                row("train, local disk", "train", local=args.packed, epochs=2)
+                row("train, store cold+warm", "train", url=packed_url, epochs=2, cache_dir=cache("t"),
+                    cache_limit=4 * total)
+    finally:
+        server.stop()
+    by = {r["name"]: r for r in rows}
+    ratios = {
+        "packed no cache / small objects": by["packed, no cache"]["rate"] / by["small objects"]["rate"],
+        "packed cold (epoch 1) / small objects": by["packed, cache cold+warm"]["epochs"][0]["rate"] / by["small objects"]["rate"],
+        "packed cold (epoch 1) / store ceiling": by["packed, cache cold+warm"]["epochs"][0]["rate"] / by["store ceiling, 4 MiB pieces"]["rate"],
+        "packed warm (epoch 2) / local disk": by["packed, cache cold+warm"]["epochs"][1]["rate"] / by["local disk"]["rate"],
+        "local cold: fastload / threaded pread": by["local disk cold, fastload"]["rate"] / by["local disk cold, pread x64"]["rate"],
+    }
+    for policy in ("keep", "lru"):
+        epochs = by[f"policy {policy}, cache 1/2"]["epochs"]
+        ratios[f"policy {policy}: epoch 3 rate / epoch 1 rate"] = epochs[2]["rate"] / epochs[0]["rate"]
+    if "train, local disk" in by:
+        local, remote = by["train, local disk"]["epochs"], by["train, store cold+warm"]["epochs"]
+        ratios["train store / local, epoch 1"] = remote[0]["rate"] / local[0]["rate"]
+        ratios["train store / local, epoch 2"] = remote[1]["rate"] / local[1]["rate"]
+        ratios["train peak RSS store / local"] = by["train, store cold+warm"]["peak_mb"] / by["train, local disk"]["peak_mb"]
+    for name, value in ratios.items():
+        print(f"{name:<40} {value:6.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "schema": "fastload-remote-bench/1", "latency_s": args.latency, "in_flight": args.in_flight,
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+            "dataset_bytes": total, "rows": rows, "ratios": ratios}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
