@@ -233,7 +233,8 @@ class PackedDataset(torch.utils.data.Dataset):
         if len(indices) > 1:
             self.reader.will_read(indices)  # the whole batch's reads in flight, not one per thread
         undecoded: dict[int, CorruptRecordError] | None = None if failed is None else {}
-        batch = decode_batch(pipeline, self.reader.read, parsed, self.index.width[indices],
+        read = self.reader.prefetched(indices)  # a remote batch is fetched here, all at once
+        batch = decode_batch(pipeline, read, parsed, self.index.width[indices],
                              self.index.height[indices], self.index.label[indices],
                              self.decoder, self.reader.where, max_pixels=self.max_pixels,
                              failed=undecoded)

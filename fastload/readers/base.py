@@ -6,7 +6,7 @@ import os
 import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,15 +83,27 @@ class ShardReader:
         """Payloads of several records, each checked against its stored checksum."""
         if len(indices) > 1:
             self.will_read(indices)
-        payloads = self.read_raw(indices)
-        for k, (i, data) in enumerate(zip(indices, payloads)):
-            if record_checksum(data) != int(self.index.checksum[i]):
-                if self.remote is not None:  # the cached copy may be what is damaged: ask the store
-                    payloads[k] = data = self.remote.refetch(self.locate(i))
-                    if record_checksum(data) == int(self.index.checksum[i]):
-                        continue
-                raise self.corrupt(i, "checksum mismatch (the stored bytes changed)")
-        return payloads
+        return [self._checked(i, data) for i, data in zip(indices, self.read_raw(indices))]
+
+    def prefetched(self, indices: Sequence[int]) -> Callable[[int], bytes]:
+        """``read(i)`` for the records of one batch that decode threads read one by one: for a
+        remote dataset the whole batch is fetched at once first (one round of requests, not one
+        per record and thread); each record is still checked when it is read, so a damaged one
+        fails alone."""
+        if self.remote is None or len(indices) < 2:
+            return self.read
+        fetched = dict(zip(indices, self.read_raw(indices)))
+        return lambda i: self._checked(i, fetched[i]) if i in fetched else self.read(i)
+
+    def _checked(self, i: int, data: bytes) -> bytes:
+        """``data`` if it matches record ``i``'s checksum; else CorruptRecordError."""
+        if record_checksum(data) == int(self.index.checksum[i]):
+            return data
+        if self.remote is not None:  # the cached copy may be what is damaged: ask the store
+            data = self.remote.refetch(self.locate(i))
+            if record_checksum(data) == int(self.index.checksum[i]):
+                return data
+        raise self.corrupt(i, "checksum mismatch (the stored bytes changed)")
 
     def read_raw(self, indices: Sequence[int]) -> list[bytes]:
         """Payloads as stored, unchecked.

@@ -242,3 +242,16 @@ def test_worker_processes_share_one_bounded_cache(tree, uploaded, s3_server, tmp
     for (a, la), (b, lb) in zip(batches["remote"], batches["local"]):
         assert torch.equal(a, b) and torch.equal(la, lb)
     assert 0 < remote.cache.usage() <= limit
+
+
+def test_a_decoded_batch_is_fetched_in_one_round_not_per_record(tree, uploaded, s3_server, fault_proxy):
+    opts = s3_server.storage_options(fault_proxy.url)
+    remote = PackedDataset(f"s3://{uploaded}/hdf5.fl", storage_options=opts, image_size=32, train=False,
+                           cache_limit=0)
+    for shard in {int(remote.index.shard[i]) for i in range(16)}:
+        remote.reader.handle(shard)  # opened (h5py reads its header) before counting
+    fault_proxy.clear()
+    batch = remote.__getitems__(list(range(16)))
+    gets = [r for r in fault_proxy.requests if _is_range_get(r) and "/shard-" in r.path]
+    shards = {int(remote.index.shard[i]) for i in range(16)}
+    assert len(batch) == 16 and len(gets) == len(shards)  # neighbours coalesced: one GET per shard
