@@ -130,6 +130,13 @@ class PackedDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return self.manifest.num_records
 
+    def fill_cache(self) -> None:
+        """For a dataset in an object store with a node cache: fetch its shards into the cache in
+        a background thread, ahead of the reads (``fastload.DataLoader`` calls this as an epoch
+        begins; a whole epoch wants every shard). Nothing for a local dataset or without a cache."""
+        if self.reader.remote is not None:
+            self.reader.remote.fill(range(len(self.manifest.shards)))
+
     @property
     def classes(self) -> list[str]:
         """Class names in label order (empty when the source had no labels)."""

@@ -133,7 +133,13 @@ class NodeCache:
         fd = os.open(self._path(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # released by the kernel if this process is killed
-            yield
+            try:
+                yield
+            finally:
+                # Unlocked before the close: a process forked while the lock was held has a copy of
+                # this descriptor, and a flock lasts until every copy is closed (a DataLoader
+                # worker forked during a fill would hold it for its whole life).
+                fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
 

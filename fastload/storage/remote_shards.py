@@ -60,22 +60,30 @@ class RemoteShards:
         self.manifest = manifest
         self.cache = cache  # a NodeCache or None
         self._objects: dict[str, RemoteObject] | None = None
-        self._lock = threading.Lock()
+        self._lock, self._lock_pid = threading.Lock(), os.getpid()
         self._cache_failed = False
+        self._filler: _Filler | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_objects"], state["_lock"] = None, None
+        state["_objects"], state["_lock"], state["_lock_pid"], state["_filler"] = None, None, -1, None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._lock, self._lock_pid = threading.Lock(), os.getpid()
+
+    @property
+    def _guard(self) -> threading.Lock:
+        """This process's lock (one inherited through a fork may have been held by a parent thread)."""
+        if self._lock_pid != os.getpid():
+            self._lock, self._lock_pid = threading.Lock(), os.getpid()
+        return self._lock
 
     def objects(self) -> dict[str, RemoteObject]:
         """Every object of the dataset folder with its size and ETag: one listing, not a HEAD per shard."""
         if self._objects is None:
-            with self._lock:
+            with self._guard:
                 if self._objects is None:
                     self._objects = {name: RemoteObject(size, etag) for name, size, etag in self.store.list_objects()}
         return self._objects
@@ -154,6 +162,27 @@ class RemoteShards:
                 out[k] = body
         return out  # type: ignore[return-value]
 
+    def fill(self, shards: Sequence[int]) -> None:
+        """Fetch the missing pieces of ``shards`` into the cache in a background thread, a few at a
+        time, while batches are read and decoded: a whole epoch under a global shuffle wants every
+        piece of every shard, and pieces fetched ahead turn the epoch's reads into cache hits
+        (fetching and decoding overlap instead of taking turns). Shards the cache has no room for
+        are left alone. One filler per process; a failure stops it (the reads then fetch what they
+        need themselves and report any error)."""
+        if self.cache is None or self._cache_failed:
+            return
+        with self._guard:
+            running = self._filler
+            if running is not None and running.pid == os.getpid() and running.is_alive():
+                return
+            self._filler = _Filler(self, [int(s) for s in shards])
+            self._filler.start()
+
+    def stop_filling(self) -> None:
+        filler = self._filler
+        if filler is not None:
+            filler.stop.set()
+
     def refetch(self, place: Place) -> bytes:
         """The bytes at ``place`` from the store itself, after the cached copy failed its checksum
         (the cached blocks are dropped first)."""
@@ -190,6 +219,48 @@ def _slice(spans: Sequence[tuple[int, bytes]], offset: int, size: int) -> bytes 
         if start <= offset and offset + size <= start + len(body):
             return body[offset - start:offset - start + size]
     return None
+
+
+FILL_GROUP = 4
+"""Pieces a background filler fetches at once (16 MiB in memory)."""
+
+
+class _Filler(threading.Thread):
+    """RemoteShards.fill's thread: shards in turn (starting at one that depends on the process, so
+    the processes of a node spread over the shards), each shard's missing pieces a group at a time."""
+
+    def __init__(self, shards: RemoteShards, numbers: list[int]) -> None:
+        super().__init__(daemon=True, name="fastload-fill")
+        self.shards, self.pid, self.stop = shards, os.getpid(), threading.Event()
+        start = os.getpid() % max(len(numbers), 1)
+        self.numbers = numbers[start:] + numbers[:start]
+
+    def run(self) -> None:
+        try:
+            for number in self.numbers:
+                remote = self.shards.open(number)
+                try:
+                    if not self._fill_shard(remote):
+                        return
+                finally:
+                    remote.close()
+        except Exception as exc:  # noqa: BLE001 - the reads fetch for themselves and raise there
+            warnings.warn(f"{self.shards.store.url}: filling the cache ahead stopped ({exc}); batches "
+                          "fetch what they need as they are read", stacklevel=1)
+
+    def _fill_shard(self, remote: RemoteShard) -> bool:
+        if remote.entry is None:
+            return True  # no room in the cache for this shard: the next may have one
+        pieces = [(start, FILL_PIECE) for start in range(0, remote.size, FILL_PIECE)]
+        for k in range(0, len(pieces), FILL_GROUP):
+            if self.stop.is_set() or remote.entry is None:
+                return not self.stop.is_set()
+            missing = remote.entry.missing(pieces[k:k + FILL_GROUP])  # reads may have fetched some
+            if missing:
+                bodies = self.shards.store.read_ranges([(remote.name, a, n) for a, n in missing])
+                for (start, _), body in zip(missing, bodies):
+                    self.shards._keep(remote, start, body)
+        return True
 
 
 class _RangeStream(io.RawIOBase):

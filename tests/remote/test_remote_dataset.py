@@ -255,3 +255,17 @@ def test_a_decoded_batch_is_fetched_in_one_round_not_per_record(tree, uploaded, 
     gets = [r for r in fault_proxy.requests if _is_range_get(r) and "/shard-" in r.path]
     shards = {int(remote.index.shard[i]) for i in range(16)}
     assert len(batch) == 16 and len(gets) == len(shards)  # neighbours coalesced: one GET per shard
+
+
+def test_filling_ahead_puts_every_shard_in_the_cache(tree, uploaded, s3_server, fault_proxy, tmp_path):
+    opts = s3_server.storage_options(fault_proxy.url)
+    remote = PackedDataset(f"s3://{uploaded}/lmdb.fl", storage_options=opts, cache_dir=tmp_path / "c")
+    remote.fill_cache()  # what fastload.DataLoader does as an epoch begins
+    filler = remote.reader.remote._filler
+    filler.join(timeout=60)
+    assert not filler.is_alive()
+    assert remote.cache.usage() == sum(s.bytes for s in remote.manifest.shards)
+    fault_proxy.clear()
+    local = PackedDataset(tree.parent / "local-lmdb.fl")
+    assert remote.reader.read_many(list(range(40))) == local.reader.read_many(list(range(40)))
+    assert not [r for r in fault_proxy.requests if "/shard-" in r.path]
