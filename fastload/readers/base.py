@@ -211,37 +211,7 @@ _open_lock = threading.Lock()
 def _new_lock_after_fork() -> None:
     """A parent thread may have held the lock at the fork; the child's copy would stay locked."""
     global _open_lock
-    COLD_READS_IN_FLIGHT = 32
-"""Threads reading records that are not in the page cache (a local disk serves many at once)."""
-
-_pool: ThreadPoolExecutor | None = None
-_pool_pid = -1
-
-
-def _cold_reads() -> ThreadPoolExecutor:
-    """This process's pool for reads that wait for the disk (made again after a fork)."""
-    global _pool, _pool_pid
-    if _pool is None or _pool_pid != os.getpid():
-        with _open_lock:
-            if _pool is None or _pool_pid != os.getpid():
-                _pool = ThreadPoolExecutor(COLD_READS_IN_FLIGHT, thread_name_prefix="fastload-read")
-                _pool_pid = os.getpid()
-    return _pool
-
-
-def _read_if_cached(fd: int, offset: int, size: int) -> bytes | None:
-    """The bytes if the page cache holds them all, else None without waiting for the disk."""
-    if not size:
-        return b""
-    buf = bytearray(size)
-    try:
-        got = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
-    except OSError:  # EAGAIN: some page is on disk (or the file system cannot say): read it for real
-        return None
-    return bytes(buf) if got == size else None
-
-
-_open_lock = threading.Lock()
+    _open_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_new_lock_after_fork)
