@@ -129,9 +129,10 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                             consumed=sampler.consumed if epoch == sampler.epoch else 0)
             sampler.running = progress
         self._progress = progress
-        fill_cache = getattr(self.dataset, "fill_cache", None)
-        if callable(fill_cache):  # a PackedDataset in an object store: fetch ahead into the node cache
-            fill_cache()
+        from fastload.dataset import PackedDataset
+
+        if isinstance(self.dataset, PackedDataset):  # in an object store: fetch ahead into the node cache
+            self.dataset.fill_cache()
         inner: Any = None
         if self._tail is not None:  # already on the device, normalised
             source: Iterator[Any] = self._tail.batches(iter(self.batch_sampler))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
