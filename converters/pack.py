@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import errno
 import os
-import resource
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +23,7 @@ from converters.readahead import (
 )
 from converters.reencode import reencode_jpeg
 from converters.restarts import check_available, with_restart_markers
-from converters.report import PackReport
+from converters.report import PackReport, progress_bar, write_error
 from converters.sources import (
     IMAGE_EXTENSIONS, Layout, SourceItem, SourceListing, list_source, normalize_extensions,
 )
@@ -140,7 +137,7 @@ class _PackJob:
             report = finalize(out, self.options["storage"], self.listing, shard_records, self.options,
                               self.exts, plan_digest(self.plans))
         except OSError as exc:  # the finished shards stay: the same command resumes from them
-            raise PackError(_write_error(out, "the index and manifest", exc)) from None
+            raise PackError(write_error(out, "the index and manifest", exc)) from None
         report.resumed_shards = writer.resumed
         return report
 
@@ -292,7 +289,7 @@ class _Packer:
         total = sum(max(self.items[i].size, 0) for p in todo for i in range(p.start, p.end))
         indices = [i for plan in todo for i in range(plan.start, plan.end)]
         with interrupt_between_files() as check_interrupt, \
-                _progress_bar(total, self.progress) as bar, \
+                progress_bar(total, self.progress) as bar, \
                 ThreadPoolExecutor(self.options["workers"], thread_name_prefix="fastload-pack") as pool:
             behind = WriteBehind()
             loaded = self._loaded(pool, indices)
@@ -304,7 +301,7 @@ class _Packer:
             except WriteFailed as failed:
                 what = (f"the resume journal entry for {failed.shard} in {PACK_STATE_DIR}/"
                         if isinstance(failed.cause, JournalWriteError) else failed.shard)
-                raise PackError(_write_error(self.out, what, failed.cause)) from None
+                raise PackError(write_error(self.out, what, failed.cause)) from None
             except KeyboardInterrupt:
                 behind.cancel(finish_queued=False)  # Ctrl-C: stop now, not after 64 MB of writes
                 raise
@@ -412,45 +409,3 @@ class _Packer:
         if self.options["on_error"] == "fail":
             raise SourceError(f"{item.path}: {got.reason}; fix or remove it, or pass --on-error skip")
         record["skips"].append([item.rel, got.reason])
-
-
-def _write_error(out: Path, shard: str, exc: BaseException) -> str:
-    code = getattr(exc, "errno", None)
-    text = getattr(exc, "strerror", None) or str(exc)
-    if code in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) or "No space" in text or "too large" in text \
-            or _out_of_room(out, text):
-        return (f"{out}: disk full while writing {shard} ({text}); free space or choose another -o, "
-                "then run the same command again to resume")
-    return f"{out}: cannot write {shard} ({text}); check the output folder and run the command again"
-
-
-def _out_of_room(out: Path, text: str) -> bool:
-    """LMDB reports a short write as EIO: blame a nearly full disk or a file-size limit (ulimit -f)."""
-    if "Input/output error" not in text:
-        return False
-    try:
-        nearly_full = shutil.disk_usage(out).free < 64 * 2**20
-    except OSError:
-        nearly_full = False
-    return nearly_full or resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def __enter__(self) -> _NoBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-
-def _progress_bar(total: int, show: bool) -> Any:
-    """tqdm over source bytes (shows MB/s and ETA); the files/s rate is its postfix."""
-    if not show:
-        return _NoBar()
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1000, desc="packing",
-                file=sys.stderr, dynamic_ncols=True, smoothing=0.1)

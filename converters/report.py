@@ -1,10 +1,16 @@
-"""What a pack did: the report object, the one-line summary and the skipped-files report."""
+"""What a pack tells the user: the report object, the one-line summary, the skipped-files report,
+the progress bar and the message of a failed write."""
 
 from __future__ import annotations
 
+import errno
 import json
+import resource
+import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from converters.sources import Skip
 from fastload.config import format_size
@@ -68,3 +74,46 @@ def write_skipped_report(out: Path, skipped: list[Skip]) -> Path | None:
     lines = "".join(json.dumps({"path": s.rel, "reason": s.reason}) + "\n" for s in skipped)
     write_atomically(path, lines.encode())
     return path
+
+
+def write_error(out: Path, shard: str, exc: BaseException) -> str:
+    """What a failed write of ``shard`` into ``out`` tells the user: a full disk said so, and how to resume."""
+    code = getattr(exc, "errno", None)
+    text = getattr(exc, "strerror", None) or str(exc)
+    if code in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) or "No space" in text or "too large" in text \
+            or _out_of_room(out, text):
+        return (f"{out}: disk full while writing {shard} ({text}); free space or choose another -o, "
+                "then run the same command again to resume")
+    return f"{out}: cannot write {shard} ({text}); check the output folder and run the command again"
+
+
+def _out_of_room(out: Path, text: str) -> bool:
+    """LMDB reports a short write as EIO: blame a nearly full disk or a file-size limit (ulimit -f)."""
+    if "Input/output error" not in text:
+        return False
+    try:
+        nearly_full = shutil.disk_usage(out).free < 64 * 2**20
+    except OSError:
+        nearly_full = False
+    return nearly_full or resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def progress_bar(total: int, show: bool) -> Any:
+    """tqdm over source bytes (shows MB/s and ETA); the files/s rate is its postfix."""
+    if not show:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1000, desc="packing",
+                file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
