@@ -26,12 +26,15 @@ from fastload.config import cache_dir
 from fastload.errors import FastloadError, ManifestError, PackError
 from fastload.format import INDEX_DIR, MANIFEST_NAME, SKIPPED_REPORT_NAME, read_manifest
 from fastload.format.folder import left_by_a_pack
+from fastload.format.files import read_regular
 from fastload.format.layout import UPLOAD_JOURNAL_NAME
 from fastload.format.manifest import MAX_MANIFEST_BYTES, parse_manifest
 from fastload.storage.remote import RemoteObject, RemoteStore
 
 UPLOADS_IN_FLIGHT = 4
 """Shards uploaded at once (each in parts, several in flight: s3fs's ``max_concurrency``)."""
+
+_MAX_JOURNAL_BYTES = 2**30  # a line of ~150 bytes per shard
 
 def default_staging(url: str) -> Path:
     """Where a pack to ``url`` is written before upload: one folder per URL in the node cache folder."""
@@ -139,7 +142,6 @@ class ShardUploads:
         self.lock = threading.Lock()
         show = sys.stderr.isatty() if progress is None else progress
         self.bar = _upload_bar() if show else None
-        self.kept = 0
 
     def __enter__(self) -> ShardUploads:
         return self
@@ -150,10 +152,11 @@ class ShardUploads:
             self.bar.close()
 
     def _load_journal(self) -> dict[str, dict[str, Any]]:
-        try:
-            lines = self.journal_path.read_text().splitlines()
+        try:  # a regular file of ours only: a link planted at its name is not followed
+            lines = read_regular(self.journal_path, _MAX_JOURNAL_BYTES, follow_links=False).decode(
+                "utf-8", "replace").splitlines()
         except OSError:
-            return {}
+            return {}  # none yet (or not ours): every shard is checked by uploading it again
         done = {}
         for line in lines:
             try:
@@ -177,7 +180,6 @@ class ShardUploads:
         there = self.objects.get(path.name)
         if (entry is not None and there is not None and entry.get("digest") == digest
                 and entry.get("size") == size == there.size and entry.get("etag") == there.etag):
-            self.kept += 1
             self._advance(size)
             return there
         uploaded = self.store.put_file(path, path.name)
