@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -37,6 +38,18 @@ def note_pid(folder: str, worker_id: int) -> None:
     Path(folder, f"worker{worker_id}").write_text(str(os.getpid()))
 
 
+def _worker_pid(folder: str, worker_id: int, wait_s: float = 60.0) -> int:
+    """The pid the worker noted (a loaded machine may deliver worker 0's batch before worker 1 has
+    run its init function: wait for it, bounded)."""
+    path = Path(folder, f"worker{worker_id}")
+    deadline = time.monotonic() + wait_s
+    while not path.exists() or not path.read_text():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path}: worker {worker_id} noted no pid in {wait_s:.0f} s")
+        time.sleep(0.01)
+    return int(path.read_text())
+
+
 def main(dataset: str, how: str, folder: str) -> dict[str, object]:
     seen: list[int] = []
     if how.startswith("itself"):
@@ -54,7 +67,7 @@ def main(dataset: str, how: str, folder: str) -> dict[str, object]:
                                      worker_init_fn=functools.partial(note_pid, folder))
         batches = iter(loader)
         seen += next(batches)[1].tolist()
-        os.kill(int(Path(folder, "worker1").read_text()), signal.SIGKILL)
+        os.kill(_worker_pid(folder, 1), signal.SIGKILL)
     try:
         for _, labels in batches:
             seen += labels.tolist()
