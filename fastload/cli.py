@@ -44,6 +44,7 @@ def _pack(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
+    from fastload.storage.location import is_remote
     from fastload.summary import describe
 
     info = describe(args.path, _storage_options(args))
@@ -54,7 +55,7 @@ def _info(args: argparse.Namespace) -> int:
     packed = info["packed"] if isinstance(info["packed"], dict) else {}
     print(f"{info['path']}: {_count(info['records'], 'record')}, {format_size(info['payload_bytes'])} of "
           f"payload in {_count(len(info['shards']), info['storage'] + ' shard')} "
-          f"({format_size(info['disk_bytes'])} on disk)")
+          f"({format_size(info['disk_bytes'])} {'in the store' if is_remote(info['path']) else 'on disk'})")
     print(f"  packed {_text(packed.get('created'))} by fastload {_text(packed.get('fastload_version'))} "
           f"from {_text(packed.get('source'))} ({_text(packed.get('layout'))} layout), "
           f"re-encode: {_text(packed.get('reencode'), '') or _copied(packed)}, "

@@ -25,6 +25,8 @@ def test_pack_info_verify_a_dataset_in_the_store(tmp_path, s3_server, s3_bucket)
     done = run_fastload("pack", src, "-o", url, "--on-error", "skip", "--staging", tmp_path / "stage", *opts)
     assert done.returncode == 0, done.stderr
     assert "packed 11 records" in done.stdout and url in done.stdout and "skipped 1" in done.stdout
+    text = run_fastload("info", url, *opts)
+    assert text.returncode == 0 and "in the store)" in text.stdout, text.stderr
     info = run_fastload("info", url, "--json", *opts)
     assert info.returncode == 0, info.stderr
     assert json.loads(info.stdout)["records"] == 11 and json.loads(info.stdout)["packed"]["skipped"] == 1
