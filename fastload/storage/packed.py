@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fastload.errors import DatasetNotFoundError, ManifestError, RemoteNotFound
+from fastload.errors import DatasetNotFoundError, FastloadError, ManifestError, RemoteNotFound
 from fastload.format.index import ReadFile, RecordIndex, local_files
 from fastload.format.layout import MANIFEST_NAME
 from fastload.format.manifest import MAX_MANIFEST_BYTES, Manifest, parse_manifest, read_manifest
@@ -46,9 +46,9 @@ class PackedLocation:
                 f"{self.root}: no {MANIFEST_NAME} there: not a packed dataset, or its upload has not "
                 f"finished (the manifest is uploaded last); pack it with `fastload pack SRC -o {self.root}`"
             ) from None
+        except FastloadError:
+            raise  # the store's own error (access denied, unreachable) says what is wrong and what to do
         except OSError as exc:
-            if isinstance(exc, ManifestError):
-                raise
             raise ManifestError(f"{where}: cannot be read ({exc.strerror or exc}); re-pack the dataset") from None
         return parse_manifest(raw.decode("utf-8", errors="replace"), where)
 

@@ -269,3 +269,10 @@ def test_filling_ahead_puts_every_shard_in_the_cache(tree, uploaded, s3_server, 
     local = PackedDataset(tree.parent / "local-lmdb.fl")
     assert remote.reader.read_many(list(range(40))) == local.reader.read_many(list(range(40)))
     assert not [r for r in fault_proxy.requests if "/shard-" in r.path]
+
+
+def test_a_refused_manifest_says_access_denied_not_re_pack(uploaded, s3_server, fault_proxy):
+    fault_proxy.fail_next("403", count=100, match=lambda r: r.path.endswith("/manifest.json"))
+    with pytest.raises(RemoteAccessDenied, match="manifest.json: access denied") as raised:
+        PackedDataset(f"s3://{uploaded}/lmdb.fl", storage_options=s3_server.storage_options(fault_proxy.url))
+    assert "re-pack" not in str(raised.value)
