@@ -8,7 +8,6 @@ from urllib.parse import unquote, urlsplit
 
 # Schemes fastload hands to fsspec. ``file://`` is a local path; http(s) is read-only.
 REMOTE_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "http", "https")
-READ_ONLY_SCHEMES = ("http", "https")
 # the package that brings each scheme's fsspec filesystem, named in "install ..." errors
 SCHEME_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs",
                    "abfs": "adlfs", "abfss": "adlfs", "http": "aiohttp", "https": "aiohttp"}

@@ -5,15 +5,14 @@ from __future__ import annotations
 import copy
 import os
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from fastload.errors import MissingDependencyError
 from fastload.storage.location import SCHEME_PACKAGES, join, scheme_of
-from fastload.storage.retry import RetryPolicy, ShortRead, describe, is_transient
+from fastload.storage.retry import RetryPolicy, ShortRead
 
 MAX_IN_FLIGHT = 64
 """Requests a store keeps in flight at once: 64 × a 20 ms round trip is ~3,200 requests/s."""
@@ -38,6 +37,29 @@ class RemoteObject:
 
 
 Range = tuple[str, int, int]  # (name under the store's root, start, length)
+
+
+class ProcessLock:
+    """A thread lock that is made anew in each process: one inherited through a fork may have been
+    held by a parent thread at that moment, and would then never be released in the child. Pickles
+    as a fresh lock."""
+
+    def __init__(self) -> None:
+        self._lock, self._pid = threading.Lock(), os.getpid()
+
+    def __enter__(self) -> None:
+        if self._pid != os.getpid():
+            self._lock, self._pid = threading.Lock(), os.getpid()
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
 
 
 def _s3_defaults() -> dict[str, Any]:
@@ -72,16 +94,12 @@ class RemoteStore:
         self.max_in_flight = max_in_flight
         self._fs: Any = None
         self._pid = -1
-        self._lock = threading.Lock()
+        self._lock = ProcessLock()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_fs"], state["_pid"], state["_lock"] = None, -1, None
+        state["_fs"], state["_pid"] = None, -1
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     @property
     def fs(self) -> Any:
@@ -127,9 +145,6 @@ class RemoteStore:
             raise IsADirectoryError(f"{self.display(name)}: is a prefix (folder), not an object")
         return RemoteObject(size=int(info.get("size") or 0), etag=_etag(info))
 
-    def exists(self, name: str) -> bool:
-        return bool(self.retry.call(lambda: self.fs.exists(self.path(name)), lambda: self.display(name)))
-
     def read_file(self, name: str, limit: int) -> bytes:
         """All of ``name``'s bytes, refused (OSError EFBIG) when it holds more than ``limit``."""
         from fastload.format.files import too_large
@@ -159,22 +174,12 @@ class RemoteStore:
 
     def _fetch_spans(self, spans: list[tuple[str, int, int]]) -> list[bytes]:
         results: list[bytes | None] = [None] * len(spans)
-        pending = list(range(len(spans)))
-        for attempt in range(1, self.retry.attempts + 1):
-            failures = self._fetch_once(spans, pending, results)
-            if not failures:
-                return results  # type: ignore[return-value]
-            for k, exc in failures:
-                if not is_transient(exc) or attempt == self.retry.attempts:
-                    name, start, end = spans[k]
-                    raise describe(exc, f"{self.display(name)} bytes {start}-{end - 1}",
-                                   attempts=attempt if is_transient(exc) else 0) from exc
-            pending = [k for k, _ in failures]
-            time.sleep(self.retry.delay(attempt))
-        raise AssertionError("unreachable")
+        self.retry.call_each(lambda pending: self._fetch_once(spans, pending, results), len(spans),
+                             lambda k: f"{self.display(spans[k][0])} bytes {spans[k][1]}-{spans[k][2] - 1}")
+        return results  # type: ignore[return-value]
 
     def _fetch_once(self, spans: list[tuple[str, int, int]], which: list[int],
-                    results: list[bytes | None]) -> list[tuple[int, BaseException]]:
+                    results: list[bytes | None]) -> dict[int, BaseException]:
         paths = [self.path(spans[k][0]) for k in which]
         starts = [spans[k][1] for k in which]
         ends = [spans[k][2] for k in which]
@@ -189,13 +194,13 @@ class RemoteStore:
                     return exc
             with ThreadPoolExecutor(min(self.max_in_flight, len(which)) or 1) as pool:
                 got = list(pool.map(one, range(len(which))))
-        failures: list[tuple[int, BaseException]] = []
+        failures: dict[int, BaseException] = {}
         for k, body in zip(which, got):
             want = spans[k][2] - spans[k][1]
             if isinstance(body, BaseException):
-                failures.append((k, body))
+                failures[k] = body
             elif len(body) != want:
-                failures.append((k, ShortRead(f"the body held {len(body)} of {want} bytes")))
+                failures[k] = ShortRead(f"the body held {len(body)} of {want} bytes")
             else:
                 results[k] = body
         return failures
@@ -212,8 +217,7 @@ class RemoteStore:
             out.append((rel, int(info.get("size") or 0), _etag(info)))
         return sorted(out)
 
-    def put_file(self, local: str | os.PathLike[str], name: str,
-                 callback: Callable[[int], None] | None = None) -> RemoteObject:
+    def put_file(self, local: str | os.PathLike[str], name: str) -> RemoteObject:
         """Upload a finished local file (multipart for large files, parts in flight) and return what
         the store then holds; retried as a whole on transient failures."""
         size = os.path.getsize(local)
@@ -224,8 +228,6 @@ class RemoteStore:
             kwargs = {"timeout": 120 + size / 1e6} if getattr(self.fs, "async_impl", False) else {}
             self.fs.put_file(os.fspath(local), self.path(name), **kwargs)
         self.retry.call(upload, lambda: f"uploading {local} to {self.display(name)}")
-        if callback is not None:
-            callback(size)
         return self.stat(name)
 
     def put_bytes(self, name: str, data: bytes) -> RemoteObject:

@@ -14,7 +14,7 @@ from typing import Any
 from fastload.errors import ManifestError
 from fastload.format.manifest import Manifest
 from fastload.storage.cache import BlocksMissing
-from fastload.storage.remote import RemoteObject, RemoteStore
+from fastload.storage.remote import ProcessLock, RemoteObject, RemoteStore
 
 FILL_PIECE = 4 * 2**20
 """With a cache entry, a record is fetched with the aligned 4 MiB piece of the shard around it: a far
@@ -60,30 +60,19 @@ class RemoteShards:
         self.manifest = manifest
         self.cache = cache  # a NodeCache or None
         self._objects: dict[str, RemoteObject] | None = None
-        self._lock, self._lock_pid = threading.Lock(), os.getpid()
+        self._lock = ProcessLock()
         self._cache_failed = False
         self._filler: _Filler | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_objects"], state["_lock"], state["_lock_pid"], state["_filler"] = None, None, -1, None
+        state["_objects"], state["_filler"] = None, None
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock, self._lock_pid = threading.Lock(), os.getpid()
-
-    @property
-    def _guard(self) -> threading.Lock:
-        """This process's lock (one inherited through a fork may have been held by a parent thread)."""
-        if self._lock_pid != os.getpid():
-            self._lock, self._lock_pid = threading.Lock(), os.getpid()
-        return self._lock
 
     def objects(self) -> dict[str, RemoteObject]:
         """Every object of the dataset folder with its size and ETag: one listing, not a HEAD per shard."""
         if self._objects is None:
-            with self._guard:
+            with self._lock:
                 if self._objects is None:
                     self._objects = {name: RemoteObject(size, etag) for name, size, etag in self.store.list_objects()}
         return self._objects
@@ -171,31 +160,28 @@ class RemoteShards:
         need themselves and report any error)."""
         if self.cache is None or self._cache_failed:
             return
-        with self._guard:
+        with self._lock:
             running = self._filler
             if running is not None and running.pid == os.getpid() and running.is_alive():
                 return
             self._filler = _Filler(self, [int(s) for s in shards])
             self._filler.start()
 
-    def stop_filling(self) -> None:
-        filler = self._filler
-        if filler is not None:
-            filler.stop.set()
-
     def refetch(self, place: Place) -> bytes:
         """The bytes at ``place`` from the store itself, after the cached copy failed its checksum
         (the cached blocks are dropped first)."""
         shard, offset, size = place
-        if shard.entry is not None:
-            shard.entry.invalidate(offset, size)
+        entry = shard.entry
+        if entry is not None:
+            entry.invalidate(offset, size)
         return self.store.read_ranges([(shard.name, offset, size)])[0]
 
     def _keep(self, shard: RemoteShard, start: int, body: bytes) -> None:
-        if shard.entry is None:
+        entry = shard.entry  # once: another thread may drop it
+        if entry is None:
             return
         try:
-            kept = shard.entry.write(start, body)
+            kept = entry.write(start, body)
         except OSError as exc:  # a full disk must not stop training: read through from now on
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
@@ -231,7 +217,7 @@ class _Filler(threading.Thread):
 
     def __init__(self, shards: RemoteShards, numbers: list[int]) -> None:
         super().__init__(daemon=True, name="fastload-fill")
-        self.shards, self.pid, self.stop = shards, os.getpid(), threading.Event()
+        self.shards, self.pid = shards, os.getpid()
         start = os.getpid() % max(len(numbers), 1)
         self.numbers = numbers[start:] + numbers[:start]
 
@@ -240,27 +226,24 @@ class _Filler(threading.Thread):
             for number in self.numbers:
                 remote = self.shards.open(number)
                 try:
-                    if not self._fill_shard(remote):
-                        return
+                    self._fill_shard(remote)
                 finally:
                     remote.close()
         except Exception as exc:  # noqa: BLE001 - the reads fetch for themselves and raise there
             warnings.warn(f"{self.shards.store.url}: filling the cache ahead stopped ({exc}); batches "
                           "fetch what they need as they are read", stacklevel=1)
 
-    def _fill_shard(self, remote: RemoteShard) -> bool:
-        if remote.entry is None:
-            return True  # no room in the cache for this shard: the next may have one
+    def _fill_shard(self, remote: RemoteShard) -> None:
         pieces = [(start, FILL_PIECE) for start in range(0, remote.size, FILL_PIECE)]
         for k in range(0, len(pieces), FILL_GROUP):
-            if self.stop.is_set() or remote.entry is None:
-                return not self.stop.is_set()
-            missing = remote.entry.missing(pieces[k:k + FILL_GROUP])  # reads may have fetched some
+            entry = remote.entry  # None: no room for this shard (or no longer): the next may have one
+            if entry is None:
+                return
+            missing = entry.missing(pieces[k:k + FILL_GROUP])  # reads may have fetched some
             if missing:
                 bodies = self.shards.store.read_ranges([(remote.name, a, n) for a, n in missing])
                 for (start, _), body in zip(missing, bodies):
                     self.shards._keep(remote, start, body)
-        return True
 
 
 class _RangeStream(io.RawIOBase):

@@ -69,16 +69,35 @@ class RetryPolicy:
     def call(self, fn: Callable[[], T], what: Callable[[], str]) -> T:
         """``fn()``, retried while it fails transiently; the last failure raises RemoteReadError
         naming ``what()`` (the object and byte range), a permanent one at once."""
-        for attempt in range(1, self.attempts + 1):
+        result: list[T] = []
+
+        def once(_: list[int]) -> dict[int, BaseException]:
             try:
-                return fn()
-            except Exception as exc:
+                result.append(fn())
+            except Exception as exc:  # noqa: BLE001 - classified by call_each
+                return {0: exc}
+            return {}
+
+        self.call_each(once, 1, lambda _: what())
+        return result[0]
+
+    def call_each(self, try_items: Callable[[list[int]], dict[int, BaseException]], count: int,
+                  what: Callable[[int], str]) -> None:
+        """Items ``0..count-1`` tried together by ``try_items(pending)``, which returns the failures
+        by item; the transient ones are tried again (only they), a permanent one or the last try's
+        raise as ``call`` does, naming ``what(item)``."""
+        pending = list(range(count))
+        for attempt in range(1, self.attempts + 1):
+            failures = try_items(pending)
+            if not failures:
+                return
+            for item, exc in failures.items():
                 if not is_transient(exc):
-                    raise describe(exc, what()) from exc
+                    raise describe(exc, what(item)) from exc
                 if attempt == self.attempts:
-                    raise describe(exc, what(), attempts=attempt) from exc
-                time.sleep(self.delay(attempt))
-        raise AssertionError("unreachable")
+                    raise describe(exc, what(item), attempts=attempt) from exc
+            pending = list(failures)
+            time.sleep(self.delay(attempt))
 
 
 def describe(exc: BaseException, what: str, attempts: int = 0) -> Exception:
