@@ -96,13 +96,7 @@ def list_source(src: Path, *, layout: Layout = "auto", extensions: tuple[str, ..
     subdirs = [e for e in entries if not e.name.startswith(".") and _is_dir(e)]
     top_files = [e for e in entries if not e.name.startswith(".") and not _is_dir(e)
                  and e.name.lower().endswith(extensions)]
-    if layout == "auto":
-        if subdirs and top_files:
-            raise SourceError(
-                f"{src}: holds both class folders ({_escaped(subdirs[0].name)}/, ...) and files "
-                f"({_escaped(top_files[0].name)}, ...); pass --layout imagefolder (top files ignored) or "
-                "--layout flat (every file, no labels)")
-        layout = "imagefolder" if subdirs else "flat"
+    layout = choose_layout(src, layout, [e.name for e in subdirs], [e.name for e in top_files])
     listing = SourceListing(root=src, layout=layout, items=[], classes=None)
     walker = _Walker(src, extensions, on_error, max_file_size, listing)
     if layout == "imagefolder":
@@ -126,11 +120,29 @@ def list_source(src: Path, *, layout: Layout = "auto", extensions: tuple[str, ..
                 listing.ignored[_suffix(e.name)] += 1
     else:
         walker.walk(src, -1)
-    if not listing.items and not listing.skipped:
-        found = f"; it holds {sum(listing.ignored.values())} files with other extensions" if listing.ignored else ""
-        raise SourceError(f"{src}: no files with extensions {', '.join(extensions)} found{found}; "
-                          "pass --extensions to choose others")
+    check_found(src, listing, extensions, "files")
     return listing
+
+
+def choose_layout(src: object, layout: str, subdirs: list[str], top_files: list[str]) -> str:
+    """``layout``, or for "auto" the one SRC's top level shows (class folders or files), refusing
+    a top level that holds both."""
+    if layout != "auto":
+        return layout
+    if subdirs and top_files:
+        raise SourceError(
+            f"{src}: holds both class folders ({_escaped(subdirs[0])}/, ...) and files "
+            f"({_escaped(top_files[0])}, ...); pass --layout imagefolder (top files ignored) or "
+            "--layout flat (every file, no labels)")
+    return "imagefolder" if subdirs else "flat"
+
+
+def check_found(src: object, listing: SourceListing, extensions: tuple[str, ...], what: str) -> None:
+    """Refuse a source in which nothing was selected and nothing was bad (``what``: files, objects)."""
+    if not listing.items and not listing.skipped:
+        found = f"; it holds {sum(listing.ignored.values())} {what} with other extensions" if listing.ignored else ""
+        raise SourceError(f"{src}: no {what} with extensions {', '.join(extensions)} found{found}; "
+                          "pass --extensions to choose others")
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:

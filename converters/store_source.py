@@ -7,7 +7,9 @@ from typing import Any
 
 import xxhash
 
-from converters.sources import Layout, SourceItem, SourceListing, _problem, _suffix
+from converters.sources import (
+    Layout, SourceItem, SourceListing, _problem, _suffix, check_found, choose_layout,
+)
 from fastload.errors import SourceError, SourceNotFoundError
 from fastload.format.layout import IMAGE_EXTENSIONS
 
@@ -26,12 +28,7 @@ def list_store_source(store: Any, *, layout: Layout = "auto", extensions: tuple[
     visible = [o for o in objects if not any(part.startswith(".") for part in o[0].split("/"))]
     subdirs = sorted({name.split("/", 1)[0] for name, _, _ in visible if "/" in name})
     top_files = [name for name, _, _ in visible if "/" not in name and name.lower().endswith(extensions)]
-    if layout == "auto":
-        if subdirs and top_files:
-            raise SourceError(
-                f"{store.url}: holds both class folders ({subdirs[0]}/, ...) and files ({top_files[0]}, "
-                "...); pass --layout imagefolder (top files ignored) or --layout flat (every file, no labels)")
-        layout = "imagefolder" if subdirs else "flat"
+    layout = choose_layout(store.url, layout, subdirs, top_files)
     listing = SourceListing(root=store.url, layout=layout, items=[],  # type: ignore[arg-type]
                             classes=subdirs if layout == "imagefolder" else None)
     if len(objects) > len(visible):
@@ -54,8 +51,5 @@ def list_store_source(store: Any, *, layout: Layout = "auto", extensions: tuple[
         # The ETag stands in for a file's mtime in the shard plan: a changed object redoes its shard.
         version = xxhash.xxh3_64_intdigest(etag.encode()) & (2**62 - 1)
         listing.items.append(SourceItem(store.display(name), name, label, size, version))  # type: ignore[arg-type]
-    if not listing.items and not listing.skipped:
-        found = f"; it holds {sum(listing.ignored.values())} objects with other extensions" if listing.ignored else ""
-        raise SourceError(f"{store.url}: no objects with extensions {', '.join(extensions)} found{found}; "
-                          "pass --extensions to choose others")
+    check_found(store.url, listing, extensions, "objects")
     return listing

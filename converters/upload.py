@@ -119,7 +119,7 @@ def _publish(store: RemoteStore, data: bytes) -> None:
         raise PackError(f"{exc}; run the same command again to finish the upload") from None
 
 
-def file_digest(path: Path) -> str:
+def shard_digest(path: Path) -> str:
     """xxh3-128 of a whole file, read in 8 MB pieces."""
     h = xxhash.xxh3_128()
     with open(path, "rb") as f:
@@ -175,7 +175,7 @@ class ShardUploads:
         self.futures[path.name] = self.pool.submit(self._upload, path)
 
     def _upload(self, path: Path) -> RemoteObject:
-        size, digest = path.stat().st_size, file_digest(path)
+        size, digest = path.stat().st_size, shard_digest(path)
         entry = self.done.get(path.name)
         there = self.objects.get(path.name)
         if (entry is not None and there is not None and entry.get("digest") == digest
