@@ -138,17 +138,6 @@ def row_train(a: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _drop_cache(paths: list[str]) -> None:
-    """Evict the files from the page cache (a cold read), as `fastload bench --cold` does."""
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
 def row_pread(a: dict[str, Any]) -> dict[str, Any]:
     """The disk's own random-read rate: ``in_flight`` threads each ``pread`` one record at a time,
     the records in the same shuffled order, the shard files cold."""
@@ -157,11 +146,12 @@ def row_pread(a: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     from fastload import PackedDataset
+    from fastload.benchmark.stages import drop_cache
 
     ds = PackedDataset(a["local"])
     order = np.random.default_rng(0).permutation(len(ds)).tolist()
     places = [ds.reader.locate(i) for i in order]  # (fd, offset, size), found before the clock starts
-    _drop_cache([str(Path(a["local"]) / s.file) for s in ds.manifest.shards])
+    drop_cache([str(Path(a["local"]) / s.file) for s in ds.manifest.shards])
     start = time.perf_counter()
     with ThreadPoolExecutor(a["in_flight"]) as pool:
         got = sum(pool.map(lambda p: len(os.pread(p[0], p[2], p[1])), places, chunksize=16))
@@ -173,11 +163,12 @@ def row_raw_cold(a: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     from fastload import PackedDataset
+    from fastload.benchmark.stages import drop_cache
 
     ds = PackedDataset(a["local"])
     order = np.random.default_rng(0).permutation(len(ds)).tolist()
     ds.reader.read_many(order[:2])  # shards opened (the LMDB page walk) before the clock starts
-    _drop_cache([str(Path(a["local"]) / s.file) for s in ds.manifest.shards])
+    drop_cache([str(Path(a["local"]) / s.file) for s in ds.manifest.shards])
     start, got = time.perf_counter(), 0
     for batch in _batches(order):
         got += sum(len(p) for p in ds.reader.read_many(batch))
