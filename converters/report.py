@@ -109,11 +109,12 @@ class _NoBar:
         pass
 
 
-def progress_bar(total: int, show: bool) -> Any:
-    """tqdm over source bytes (shows MB/s and ETA); the files/s rate is its postfix."""
+def progress_bar(total: int, show: bool, desc: str = "packing", position: int = 0) -> Any:
+    """tqdm over bytes (shows MB/s and ETA): source bytes packed, or (``position=1``, a second
+    line) shard bytes uploaded."""
     if not show:
         return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1000, desc="packing",
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1000, desc=desc, position=position,
                 file=sys.stderr, dynamic_ncols=True, smoothing=0.1)

@@ -21,7 +21,7 @@ from typing import Any
 import xxhash
 
 from converters.out_dir import PackLock, inspect_out, prepare_out, remove_dataset
-from converters.report import PackReport
+from converters.report import PackReport, progress_bar
 from fastload.config import cache_dir
 from fastload.errors import FastloadError, ManifestError, PackError
 from fastload.format import INDEX_DIR, MANIFEST_NAME, SKIPPED_REPORT_NAME, read_manifest
@@ -141,7 +141,7 @@ class ShardUploads:
         self.futures: dict[str, Future[RemoteObject]] = {}
         self.lock = threading.Lock()
         show = sys.stderr.isatty() if progress is None else progress
-        self.bar = _upload_bar() if show else None
+        self.bar = progress_bar(0, True, "uploading", position=1) if show else None
 
     def __enter__(self) -> ShardUploads:
         return self
@@ -211,11 +211,4 @@ class ShardUploads:
                 raise PackError(f"uploading {name} to {self.store.url} failed ({exc}); run the same command "
                                 "again to resume (uploaded shards are kept)") from None
         return out
-
-
-def _upload_bar() -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=0, unit="B", unit_scale=True, unit_divisor=1000, desc="uploading", position=1,
-                file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
 
