@@ -168,6 +168,8 @@ class ShardReader:
                                   "and re-pack the dataset if it is damaged")
 
     def close(self) -> None:
+        if self.remote is not None:
+            self.remote.stop_fill()
         with _open_lock:
             if self._pid == os.getpid():
                 for handle in self._handles.values():

@@ -8,6 +8,7 @@ import io
 import os
 import threading
 import warnings
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,10 +32,16 @@ class RemoteShard:
     """One shard object: its name, size and version tag, and its cache entry (None: not cached)."""
 
     def __init__(self, shards: RemoteShards, name: str, info: RemoteObject, entry: Any) -> None:
-        self.shards, self.name, self.size, self.etag, self.entry = shards, name, info.size, info.etag, entry
+        # weakly: the RemoteShards owns its shards, and a filler holding one must not keep it alive
+        self.shards = weakref.proxy(shards)
+        self.name, self.size, self.etag, self.entry = name, info.size, info.etag, entry
 
     def read_at(self, offset: int, size: int) -> bytes:
         return self.shards.read([(self, offset, size)])[0]
+
+    def read_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """The bytes at every ``(offset, size)``, in one round of requests."""
+        return self.shards.read([(self, offset, size) for offset, size in ranges])
 
     def stream(self) -> io.RawIOBase:
         """A seekable read-only file object over the shard (for h5py, which reads its header so)."""
@@ -167,6 +174,12 @@ class RemoteShards:
             self._filler = _Filler(self, [int(s) for s in shards])
             self._filler.start()
 
+    def stop_fill(self) -> None:
+        """Stop this process's filler after the pieces it is fetching (the reader is closing)."""
+        filler = self._filler
+        if filler is not None and filler.pid == os.getpid():
+            filler.stopped.set()
+
     def refetch(self, place: Place) -> bytes:
         """The bytes at ``place`` from the store itself, after the cached copy failed its checksum
         (the cached blocks are dropped first)."""
@@ -213,37 +226,52 @@ FILL_GROUP = 4
 
 class _Filler(threading.Thread):
     """RemoteShards.fill's thread: shards in turn (starting at one that depends on the process, so
-    the processes of a node spread over the shards), each shard's missing pieces a group at a time."""
+    the processes of a node spread over the shards), each shard's missing pieces a group at a time.
+
+    It holds its RemoteShards weakly and stops between groups once they are gone (the dataset was
+    dropped) or ``stopped`` is set (the reader closed): a dataset thrown away must not go on
+    fetching the rest of itself."""
 
     def __init__(self, shards: RemoteShards, numbers: list[int]) -> None:
         super().__init__(daemon=True, name="fastload-fill")
-        self.shards, self.pid = shards, os.getpid()
+        self.shards = weakref.ref(shards)
+        self.url, self.pid = shards.store.url, os.getpid()
+        self.stopped = threading.Event()
         start = os.getpid() % max(len(numbers), 1)
         self.numbers = numbers[start:] + numbers[:start]
 
     def run(self) -> None:
         try:
             for number in self.numbers:
-                remote = self.shards.open(number)
+                shards = self._live()
+                if shards is None:
+                    return
+                remote = shards.open(number)
+                del shards
                 try:
                     self._fill_shard(remote)
                 finally:
                     remote.close()
         except Exception as exc:  # noqa: BLE001 - the reads fetch for themselves and raise there
-            warnings.warn(f"{self.shards.store.url}: filling the cache ahead stopped ({exc}); batches "
+            warnings.warn(f"{self.url}: filling the cache ahead stopped ({exc}); batches "
                           "fetch what they need as they are read", stacklevel=1)
+
+    def _live(self) -> RemoteShards | None:
+        return None if self.stopped.is_set() else self.shards()
 
     def _fill_shard(self, remote: RemoteShard) -> None:
         pieces = [(start, FILL_PIECE) for start in range(0, remote.size, FILL_PIECE)]
         for k in range(0, len(pieces), FILL_GROUP):
             entry = remote.entry  # None: no room for this shard (or no longer): the next may have one
-            if entry is None:
+            shards = self._live()
+            if entry is None or shards is None:
                 return
             missing = entry.missing(pieces[k:k + FILL_GROUP])  # reads may have fetched some
             if missing:
-                bodies = self.shards.store.read_ranges([(remote.name, a, n) for a, n in missing])
+                bodies = shards.store.read_ranges([(remote.name, a, n) for a, n in missing])
                 for (start, _), body in zip(missing, bodies):
-                    self.shards._keep(remote, start, body)
+                    shards._keep(remote, start, body)
+            del shards
 
 
 class _RangeStream(io.RawIOBase):
