@@ -37,7 +37,8 @@ class LMDBReader(ShardReader):
         if self.remote is not None:
             remote = self.remote.open(shard)
             try:
-                return _OpenShard(remote, locate_records(remote.read_at, remote.size, info.num_records))
+                return _OpenShard(remote, locate_records(remote.read_at, remote.size, info.num_records,
+                                                         remote.read_many))
             except DamagedShard as exc:
                 remote.close()
                 raise ManifestError(f"{self.root}/{info.file}: damaged LMDB shard ({exc}); run `fastload "

@@ -8,7 +8,8 @@ every record (py-lmdb holds it) and map the pages it touches, which then count a
 process's memory (the classic "LMDB leaks in my DataLoader workers" report).
 
 So when a process opens a shard, its meta page and every branch and leaf page reachable from the
-root are read with ``pread`` and checked: node offsets inside their page, keys and inline values
+root are read and checked, up to ``PAGES_AT_ONCE`` pages in one call of ``read_many`` (a
+shard in an object store pays one round of requests per tree level, not one per page): node offsets inside their page, keys and inline values
 inside their node's page, child and overflow pages inside the file. Record bytes themselves are
 not read: their checksums catch damage there. A shard of ~100 KB records has a few dozen such
 pages per 256 MB; one of tiny records has one per ~4 KB of records.
@@ -58,13 +59,20 @@ class RecordPlaces:
 
 
 ReadAt = Callable[[int, int], bytes]  # read_at(offset, size): a local pread, or a ranged GET
+ReadMany = Callable[[list[tuple[int, int]]], list[bytes]]  # read_many([(offset, size), ...])
+
+PAGES_AT_ONCE = 256
+"""Tree pages read in one call (1 MiB of 4 KiB pages in memory at most)."""
 
 
-def locate_records(read_at: ReadAt, file_size: int, num_records: int) -> RecordPlaces:
-    """Walk the main database's B-tree of the LMDB file read through ``read_at`` and find its
-    records, keyed by 8-byte big-endian positions below ``num_records``; raise DamagedShard."""
+def locate_records(read_at: ReadAt, file_size: int, num_records: int,
+                   read_many: ReadMany | None = None) -> RecordPlaces:
+    """Walk the main database's B-tree of the LMDB file read through ``read_at`` (and
+    ``read_many``, for many pages at once) and find its records, keyed by 8-byte big-endian
+    positions below ``num_records``; raise DamagedShard."""
     places = RecordPlaces(num_records)
-    page_size, root, last_page, flags = _meta(read_at, file_size)
+    many = read_many or (lambda ranges: [read_at(offset, size) for offset, size in ranges])
+    page_size, root, last_page, flags = _meta(read_at, many, file_size)
     if flags:
         raise DamagedShard(f"the main database has flags {flags:#x}; fastload writes plain keys only")
     if root == _INVALID:
@@ -74,37 +82,48 @@ def locate_records(read_at: ReadAt, file_size: int, num_records: int) -> RecordP
         raise DamagedShard(f"the meta page says the file has {last_page + 1} pages, it has {pages}")
     todo, seen = [root], set()
     while todo:
-        pgno = todo.pop()
-        if not 2 <= pgno <= last_page or pgno in seen:
-            raise DamagedShard(f"a page points to page {pgno} (file pages 2..{last_page}, or a loop)")
-        seen.add(pgno)
-        page = read_at(pgno * page_size, page_size)
-        _, _, flags, lower, upper = struct.unpack_from("<QHHHH", page)
-        if flags & (_LEAF2 | _SUBPAGE) or not flags & (_BRANCH | _LEAF):
-            raise DamagedShard(f"page {pgno} has flags {flags:#x}, not a branch or leaf page")
-        if not _HEADER <= lower <= upper <= page_size:
-            raise DamagedShard(f"page {pgno} has bounds lower={lower} upper={upper}")
-        for k in range((lower - _HEADER) // 2):
-            (at,) = struct.unpack_from("<H", page, _HEADER + 2 * k)
-            _walk_node(page, pgno, at, upper, bool(flags & _BRANCH), last_page, page_size, todo, places)
+        batch = todo[-PAGES_AT_ONCE:]
+        del todo[-PAGES_AT_ONCE:]
+        for pgno in batch:
+            if not 2 <= pgno <= last_page or pgno in seen:
+                raise DamagedShard(f"a page points to page {pgno} (file pages 2..{last_page}, or a loop)")
+            seen.add(pgno)
+        for pgno, page in zip(batch, many([(pgno * page_size, page_size) for pgno in batch])):
+            _walk_page(page, pgno, last_page, page_size, todo, places)
     return places
 
 
-def _meta(read_at: ReadAt, file_size: int) -> tuple[int, int, int, int]:
+def _walk_page(page: bytes, pgno: int, last_page: int, page_size: int, todo: list[int],
+               places: RecordPlaces) -> None:
+    """Check one branch or leaf page; its children go to ``todo``, its records to ``places``."""
+    if len(page) < page_size:
+        raise DamagedShard(f"the file ends inside page {pgno}")
+    _, _, flags, lower, upper = struct.unpack_from("<QHHHH", page)
+    if flags & (_LEAF2 | _SUBPAGE) or not flags & (_BRANCH | _LEAF):
+        raise DamagedShard(f"page {pgno} has flags {flags:#x}, not a branch or leaf page")
+    if not _HEADER <= lower <= upper <= page_size:
+        raise DamagedShard(f"page {pgno} has bounds lower={lower} upper={upper}")
+    for k in range((lower - _HEADER) // 2):
+        (at,) = struct.unpack_from("<H", page, _HEADER + 2 * k)
+        _walk_node(page, pgno, at, upper, bool(flags & _BRANCH), last_page, page_size, todo, places)
+
+
+def _meta(read_at: ReadAt, read_many: ReadMany, file_size: int) -> tuple[int, int, int, int]:
     """(page size, main root, last page, main flags) from the meta page with the newer
-    transaction, as liblmdb picks it."""
-    first = _read_meta(read_at, 0)
+    transaction, as liblmdb picks it (both read at once when the pages are 4 KiB, the usual)."""
+    size = _HEADER + _META.size
+    raw = read_many([(0, size), (4096, size)]) if file_size >= 2 * 4096 else [read_at(0, size)]
+    first = _parse_meta(raw[0], 0)
     page_size = first[0] or 4096
     if page_size not in (4096, 8192, 16384, 32768, 65536) or file_size % page_size or file_size < 2 * page_size:
         raise DamagedShard(f"page size {page_size} does not fit a {file_size}-byte file")
-    second = _read_meta(read_at, page_size)
+    second = _parse_meta(raw[1] if page_size == 4096 else read_at(page_size, size), page_size)
     _, root, last_page, _, flags = max(first, second, key=lambda meta: meta[3])
     return page_size, root, last_page, flags
 
 
-def _read_meta(read_at: ReadAt, offset: int) -> tuple[int, int, int, int, int]:
+def _parse_meta(raw: bytes, offset: int) -> tuple[int, int, int, int, int]:
     """(page size, main root, last page, transaction id, main flags) of the meta page at ``offset``."""
-    raw = read_at(offset, _HEADER + _META.size)
     if len(raw) < _HEADER + _META.size:
         raise DamagedShard(f"the file ends inside the meta page at byte {offset}")
     fields = _META.unpack_from(raw, _HEADER)

@@ -3,6 +3,9 @@ range, refused when changed, and read through a proxy that puts faults on the wi
 
 from __future__ import annotations
 
+import gc
+import time
+
 import numpy as np
 import pytest
 
@@ -269,6 +272,37 @@ def test_filling_ahead_puts_every_shard_in_the_cache(tree, uploaded, s3_server, 
     local = PackedDataset(tree.parent / "local-lmdb.fl")
     assert remote.reader.read_many(list(range(40))) == local.reader.read_many(list(range(40)))
     assert not [r for r in fault_proxy.requests if "/shard-" in r.path]
+
+
+def test_a_dropped_dataset_stops_filling_its_cache(uploaded, s3_server, fault_proxy, tmp_path):
+    fault_proxy.latency = 0.1  # the fill takes a round trip per shard: still running when dropped
+    remote = PackedDataset(f"s3://{uploaded}/lmdb.fl", storage_options=s3_server.storage_options(fault_proxy.url),
+                           cache_dir=tmp_path / "c")
+    cache, shards = remote.cache, len(remote.manifest.shards)
+    remote.fill_cache()
+    filler = remote.reader.remote._filler
+    time.sleep(0.3)
+    del remote
+    gc.collect()
+    filler.join(timeout=5)  # the pieces in flight, then it stops
+    assert not filler.is_alive()
+    assert len(cache.entries()) < shards  # it did not go on to fetch the rest of the dataset
+
+
+def test_opening_a_shard_reads_its_tree_a_level_at_a_time(tmp_path, s3_server, s3_bucket, fault_proxy):
+    src = tmp_path / "tiny"
+    src.mkdir()
+    for i in range(300):  # tiny records: inline in leaf pages, several dozen leaf pages in one shard
+        (src / f"{i:03d}.jpg").write_bytes(make_jpeg(8, 8, seed=i))
+    url = f"s3://{s3_bucket}/tiny.fl"
+    pack(src, url, progress=False, storage_options=s3_server.storage_options(), staging=tmp_path / "stage")
+    remote = PackedDataset(url, storage_options=s3_server.storage_options(fault_proxy.url), cache_limit=0)
+    assert len(remote.manifest.shards) == 1
+    fault_proxy.clear()
+    assert len(remote.reader.read_many([0, 299])) == 2
+    gets = [r for r in fault_proxy.requests if "/shard-" in r.path]
+    # both meta pages at once, the root, the leaves, then the records: not one request per page
+    assert remote.manifest.shards[0].bytes // 4096 > 20 and len(gets) <= 5, [g.headers.get("range") for g in gets]
 
 
 def test_a_refused_manifest_says_access_denied_not_re_pack(uploaded, s3_server, fault_proxy):
