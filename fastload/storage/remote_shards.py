@@ -225,8 +225,8 @@ FILL_GROUP = 4
 
 
 class _Filler(threading.Thread):
-    """RemoteShards.fill's thread: shards in turn (starting at one that depends on the process, so
-    the processes of a node spread over the shards), each shard's missing pieces a group at a time.
+    """RemoteShards.fill's thread: shards in turn, each shard's missing pieces a group at a time,
+    starting at a shard that spreads the node's processes over the dataset (see _first_shard).
 
     It holds its RemoteShards weakly and stops between groups once they are gone (the dataset was
     dropped) or ``stopped`` is set (the reader closed): a dataset thrown away must not go on
@@ -237,7 +237,7 @@ class _Filler(threading.Thread):
         self.shards = weakref.ref(shards)
         self.url, self.pid = shards.store.url, os.getpid()
         self.stopped = threading.Event()
-        start = os.getpid() % max(len(numbers), 1)
+        start = _first_shard(len(numbers))
         self.numbers = numbers[start:] + numbers[:start]
 
     def run(self) -> None:
@@ -272,6 +272,19 @@ class _Filler(threading.Thread):
                 for (start, _), body in zip(missing, bodies):
                     shards._keep(remote, start, body)
             del shards
+
+
+def _first_shard(count: int) -> int:
+    """Where this process's filler starts: rank k of a node's W (torchrun's LOCAL_RANK and
+    LOCAL_WORLD_SIZE) at shard k·count/W, so the ranks' fillers meet only as they finish (two
+    started side by side would fetch the same pieces at once); else a place set by the pid."""
+    if count < 1:
+        return 0
+    try:
+        rank, ranks = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return os.getpid() % count
+    return rank * count // ranks if 0 <= rank < ranks else os.getpid() % count
 
 
 class _RangeStream(io.RawIOBase):
