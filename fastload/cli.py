@@ -124,7 +124,7 @@ def _bench(args: argparse.Namespace) -> int:
                    duration=args.duration, samples=args.samples, cold=args.cold, stages=args.stages,
                    model_step=_model_step(args), torch_grid=grid, dali=not args.no_dali,
                    temp_pack=args.temp_pack, work=args.work, repeats=args.repeats,
-                   progress=False if args.quiet else None)
+                   progress=False if args.quiet else None, storage_options=_storage_options(args))
     return _report(report, args)
 
 
@@ -134,7 +134,8 @@ def _doctor(args: argparse.Namespace) -> int:
     _check_plot(args)
     report = doctor(args.src, batch_size=args.batch_size, image_size=args.image_size,
                     num_workers=args.num_workers, duration=args.duration, samples=args.samples,
-                    cold=args.cold, model_step=_model_step(args), progress=False if args.quiet else None)
+                    cold=args.cold, model_step=_model_step(args), progress=False if args.quiet else None,
+                    storage_options=_storage_options(args))
     return _report(report, args)
 
 
@@ -276,9 +277,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_tune)
 
     p = sub.add_parser("bench", help="loaders side by side: torch ImageFolder vs fastload, same records")
-    p.add_argument("src", help="image folder, packed dataset, or folder with --packed copies")
+    p.add_argument("src", help="image folder, packed dataset, or folder with --packed copies; or "
+                               "their URLs in an object store (s3://bucket/images/: one GET per object)")
     p.add_argument("--packed", action="append", default=[], metavar="DATASET",
-                   help="a packed dataset of SRC's files (repeat for LMDB and HDF5)")
+                   help="a packed dataset of SRC's files, a path or a URL (repeat for LMDB and HDF5)")
     _add_measure_options(p, duration=2.0)
     p.add_argument("--repeats", type=_at_least_one, default=3, metavar="N",
                    help="runs of each row, interleaved (A, B, C, A, B, C, ...); rows show the median "
@@ -291,14 +293,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-dali", action="store_true", help="leave out the DALI backend row")
     p.add_argument("--temp-pack", type=int, default=2000, metavar="N",
                    help="with no packed copy of SRC, pack at most N of its files into a temporary dataset")
-    p.add_argument("--work", default=None, help="where the temporary dataset goes (default: system temp)")
+    p.add_argument("--work", default=None, help="where the temporary dataset goes, and the temporary "
+                                                "node cache of datasets in a store (default: system temp)")
+    _add_storage_option(p)
     p.set_defaults(run=_bench)
 
     p = sub.add_parser("doctor", help="time each loader stage alone and name the bottleneck")
-    p.add_argument("src", help="image folder (ImageFolder + torch DataLoader) or packed dataset (fastload)")
+    p.add_argument("src", help="image folder (ImageFolder + torch DataLoader) or packed dataset (fastload); "
+                               "or its URL in an object store (s3://...)")
     _add_measure_options(p, duration=5.0)
     p.add_argument("--num-workers", type=int, default=None,
                    help="your loader's num_workers (folder default: one per core; packed: auto)")
+    _add_storage_option(p)
     p.set_defaults(run=_doctor)
     return parser
 

@@ -32,6 +32,8 @@ class ImageFolderBaseline(torch.utils.data.Dataset):
         root: the folder they come from (for messages).
     """
 
+    label = "ImageFolder"  # in row names: "torch ImageFolder, defaults"
+
     def __init__(self, samples: Sequence[tuple[str, int]], image_size: int = 224,
                  root: str | os.PathLike[str] | None = None) -> None:
         self.samples = [(str(p), int(label)) for p, label in samples]

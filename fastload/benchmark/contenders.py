@@ -28,19 +28,25 @@ class RawReads:
     """Shuffled record reads, no decode: an iterable of batches, each a tensor of payload sizes.
 
     Each batch's reads are split into chunks read by ``threads`` threads at once, as a loader with
-    many reads in flight would; a new iteration is a new shuffle.
+    many reads in flight would (``threads=1``: the whole batch to ``read_many``, for a reader that
+    keeps its own requests in flight); a new iteration is a new shuffle. ``subset``: read only the
+    first ``subset`` records of the first iteration's order (what an earlier run of the same seed
+    read), reshuffled each iteration.
     """
 
     def __init__(self, read_many: Callable[[list[int]], list[bytes]], count: int, batch_size: int,
-                 threads: int = READS_IN_FLIGHT, seed: int = 0) -> None:
-        self.read_many, self.count, self.batch_size = read_many, count, batch_size
+                 threads: int = READS_IN_FLIGHT, seed: int = 0, subset: int | None = None) -> None:
+        self.read_many, self.batch_size = read_many, batch_size
         self.threads, self.seed, self.epoch = threads, seed, 0
+        self.records = np.random.default_rng([seed, 0]).permutation(count)[:subset] if subset else None
+        self.count = count if self.records is None else len(self.records)
 
     def __len__(self) -> int:
         return -(-self.count // self.batch_size)
 
     def __iter__(self) -> Iterator[torch.Tensor]:
-        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.count)
+        rng = np.random.default_rng([self.seed, self.epoch])
+        order = rng.permutation(self.count) if self.records is None else rng.permutation(self.records)
         self.epoch += 1
         chunk = max(1, self.batch_size // self.threads)
         with ThreadPoolExecutor(self.threads, thread_name_prefix="fastload-bench-read") as pool:
@@ -76,7 +82,7 @@ def torch_rows(baseline: ImageFolderBaseline, batch_size: int, grid: Sequence[tu
     """torch's DataLoader on the baseline: its defaults, then each ``(num_workers, prefetch_factor)``."""
     prepare = _drop_files(baseline.files) if cold else None
     size = baseline.mean_size()
-    rows = [RunSpec("torch ImageFolder, defaults", "baseline", "folder",
+    rows = [RunSpec(f"torch {baseline.label}, defaults", "baseline", "folder",
                     lambda: torch.utils.data.DataLoader(baseline, batch_size=batch_size, shuffle=True),
                     "num_workers=0", size, prepare=prepare)]
     for workers, prefetch in grid:
@@ -84,7 +90,7 @@ def torch_rows(baseline: ImageFolderBaseline, batch_size: int, grid: Sequence[tu
             return torch.utils.data.DataLoader(baseline, batch_size=batch_size, shuffle=True,
                                                num_workers=workers, prefetch_factor=prefetch,
                                                persistent_workers=True)
-        rows.append(RunSpec(f"torch ImageFolder, tuned w{workers} pf{prefetch}", "baseline", "folder",
+        rows.append(RunSpec(f"torch {baseline.label}, tuned w{workers} pf{prefetch}", "baseline", "folder",
                             make, f"num_workers={workers}, prefetch_factor={prefetch}, persistent_workers",
                             size, prepare=prepare))
     return rows

@@ -10,6 +10,11 @@
 - a folder with no ``--packed`` uses ``SRC.fl`` (``fastload pack``'s default output) when it
   holds a finished dataset; otherwise a random sample of at most ``temp_pack`` files is packed
   into a temporary LMDB dataset, deleted after the run, and the baseline reads the same sample.
+
+SRC and ``--packed`` may be store URLs (``s3://bucket/images/``, ``s3://bucket/images.fl``): a
+prefix of image objects is the baseline (one GET per object, see :mod:`.far`), a dataset in a store
+brings the source prefix its manifest names when that still lists; nothing is packed for a store
+SRC without a packed copy (the rows of the small objects run alone, with a note).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +36,7 @@ from fastload.benchmark.baseline import ImageFolderBaseline
 from fastload.benchmark.stages import READS_IN_FLIGHT
 from fastload.errors import SourceError, SourceNotFoundError
 from fastload.format import MANIFEST_NAME, read_manifest
+from fastload.storage.location import is_remote
 
 SHOW_SKIPPED = 5  # files named in the note; all of them are in the JSON report
 
@@ -38,13 +45,20 @@ SHOW_SKIPPED = 5  # files named in the note; all of them are in the JSON report
 class Inputs:
     """The folder baseline (None without a folder) and the packed datasets, in SRC's order."""
 
-    src: Path
+    src: Path | str  # a URL for a store
     src_kind: str  # "folder" or "packed": what SRC itself is (what doctor diagnoses)
     baseline: ImageFolderBaseline | None
-    packed: list[Path]
+    packed: list[Path | str]  # URLs for datasets in a store
     notes: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path below the folder, reason)
     temporary: bool = False  # packed[0] is a sample bench packed itself, deleted after the run
+    storage_options: dict[str, Any] | None = None  # for the URLs among them
+    cache_dir: str | None = None  # a temporary node cache for the datasets in a store
+
+    @property
+    def remote(self) -> bool:
+        """Whether anything here is in an object store."""
+        return any(is_remote(p) for p in (self.src, *self.packed))
 
 
 def is_packed(path: Path) -> bool:
@@ -54,18 +68,28 @@ def is_packed(path: Path) -> bool:
 @contextmanager
 def resolve(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] = (), *,
             image_size: int = 224, temp_pack: int = 2000, work: str | os.PathLike[str] | None = None,
-            seed: int = 0, pack_missing: bool = True) -> Iterator[Inputs]:
+            seed: int = 0, pack_missing: bool = True,
+            storage_options: dict[str, Any] | None = None) -> Iterator[Inputs]:
     """Resolve SRC and ``packed`` (checked up front: a bad path fails before anything runs).
 
     ``pack_missing=False`` leaves a folder with no packed copy as it is (doctor needs none).
+    ``storage_options``: the object store's options, for the URLs among them.
     """
-    from fastload.storage.location import is_remote
-
-    for where in (src, *packed):
-        if is_remote(where):  # (issue 16: store rows in bench and doctor are still to come)
-            raise SourceError(f"{where}: `fastload bench` and `doctor` read local folders and datasets "
-                              "only, so far; `fastload tune URL` measures loader settings on a dataset "
-                              "in an object store")
+    if any(is_remote(p) for p in (src, *packed)):
+        inputs = _resolve_remote(src, packed, image_size, storage_options)
+        if inputs.baseline is not None and not is_remote(inputs.src):
+            _leave_out_unreadable(inputs)
+        inputs.cache_dir = tempfile.mkdtemp(prefix="fastload-bench-cache-", dir=work)
+        if any(is_remote(p) for p in inputs.packed):
+            inputs.notes.append(f"datasets in a store read through a temporary node cache in "
+                                f"{inputs.cache_dir} (deleted after the run), not yours: epoch 1 is cold")
+        try:
+            yield inputs
+        finally:
+            shutil.rmtree(inputs.cache_dir, ignore_errors=True)
+        return
+    if storage_options:
+        raise ValueError(f"{src}: storage options are for object-store URLs (s3://...), not local paths")
     root = Path(src)
     if not root.exists():
         raise SourceNotFoundError(f"{root}: no such image folder or packed dataset; check the path")
@@ -100,6 +124,55 @@ def resolve(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]
         yield _pack_sample(inputs, temp, temp_pack, seed)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def _resolve_remote(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]], image_size: int,
+                    options: dict[str, Any] | None) -> Inputs:
+    """SRC and ``packed`` where some are store URLs (the others local paths)."""
+    from fastload.benchmark.far import StoreObjects
+    from fastload.errors import DatasetNotFoundError
+    from fastload.storage.packed import locate_packed
+
+    def dataset(where: str | os.PathLike[str]) -> Path | str:
+        location = locate_packed(where, options if is_remote(where) else None)
+        location.manifest()  # a clear error for a place that is not a finished dataset
+        return location.root
+
+    extra = [dataset(p) for p in packed]
+    if not is_remote(src):
+        local = Path(src)
+        if is_packed(local):
+            return Inputs(local, "packed", _source_folder(local, image_size), [local, *extra],
+                          storage_options=options)
+        return Inputs(local, "folder", ImageFolderBaseline.from_folder(local, image_size), extra,
+                      storage_options=options)
+    url = str(src).rstrip("/")
+    try:
+        root = dataset(url)
+    except DatasetNotFoundError:
+        root = None
+    if root is not None:
+        source = locate_packed(url, options).manifest().packed.get("source")
+        inputs = Inputs(url, "packed", None, [root, *extra], storage_options=options)
+        if source and is_remote(source):
+            try:
+                inputs.baseline = StoreObjects.from_store(source, options, image_size)
+                inputs.notes.append(f"baseline: the source objects in the manifest, {source}")
+            except (SourceError, OSError):
+                pass
+        return inputs
+    inputs = Inputs(url, "folder", StoreObjects.from_store(url, options, image_size), extra,
+                    storage_options=options)
+    default = f"{url}.fl"
+    if not extra:
+        try:
+            inputs.packed.append(dataset(default))
+            inputs.notes.append(f"packed: {default} (fastload pack's default output for {url})")
+        except DatasetNotFoundError:
+            inputs.notes.append(f"no packed copy of {url}: the small objects run alone; pack them with "
+                                f"`fastload pack {url} -o {default}`, then `fastload bench {url} "
+                                f"--packed {default}`")
+    return inputs
 
 
 def _source_folder(dataset: Path, image_size: int) -> ImageFolderBaseline | None:

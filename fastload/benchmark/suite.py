@@ -21,6 +21,9 @@ import torch
 
 from fastload.benchmark.baseline import ImageFolderBaseline
 from fastload.benchmark.contenders import fastload_rows, raw_rows, settings_text, torch_rows
+from fastload.benchmark.far import (
+    StoreObjects, StoreSpeed, objects_store_speed, packed_store_speed, store_raw_rows, store_rows,
+)
 from fastload.benchmark.inputs import Inputs, resolve, skipped_note
 from fastload.benchmark.report import BenchReport
 from fastload.benchmark.ceilings import ceilings
@@ -41,7 +44,7 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
           fastload_variants: Sequence[dict[str, Any]] = (), only: Collection[str] | None = None,
           temp_pack: int = 2000, work: str | os.PathLike[str] | None = None,
           stage_budget: float = 0.5, measure_ceilings: bool = True, repeats: int = 1,
-          progress: bool | None = None) -> BenchReport:
+          progress: bool | None = None, storage_options: dict[str, Any] | None = None) -> BenchReport:
     """Every contender on the same records, side by side; see :mod:`fastload.benchmark`.
 
     Args:
@@ -64,6 +67,9 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
             them (a row rerun for its memory).
         repeats: run each row this many times, interleaved (A, B, C, A, B, C, ...); a row shows
             the median and the range, ratios are paired repeat by repeat.
+        storage_options: the object store's options when SRC or ``packed`` are URLs
+            (``s3://bucket/images/``: small objects, one GET each; a dataset in a store: ranged
+            reads with no cache, epoch 1 into an empty cache, epoch 2 from it).
 
     The verdict is about fastload on the packed dataset when there is one the user made
     (``packed``, ``SRC.fl``, or SRC itself), else about the folder's torch loader.
@@ -75,16 +81,11 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
     config = _config(src, packed, batch_size, image_size, duration, samples, cold, model_step)
     config["repeats"] = repeats
     shown = Progress(progress)
-    with resolve(src, packed, image_size=image_size, temp_pack=temp_pack, work=work) as inputs:
+    with resolve(src, packed, image_size=image_size, temp_pack=temp_pack, work=work,
+                 storage_options=storage_options) as inputs:
         config["packed"] = [str(p) for p in inputs.packed]
-        specs: list[RunSpec] = []
-        if inputs.baseline is not None and "baseline" in include:
-            specs += torch_rows(inputs.baseline, batch_size, torch_grid or [(cores, 4)], cold)
-        if "raw" in include:
-            specs += raw_rows(inputs.baseline, inputs.packed, batch_size, cold)
-        if "fastload" in include:
-            specs += fastload_rows(inputs.packed, batch_size, image_size, cold, dali=dali,
-                                   variants=fastload_variants)
+        specs = _specs(inputs, include, batch_size, image_size, cold, torch_grid or [(cores, 4)], dali,
+                       fastload_variants)
         if only is not None:
             specs = [spec for spec in specs if spec.name in only]
         runs, interrupted = run_all(specs, Limits(duration, samples, one_epoch=cold), progress=shown,
@@ -101,7 +102,7 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
                 if target is None:  # that loader's row was not run, or delivered nothing
                     shown.note("measuring the machine's ceilings")
                     probe = _probe_of(inputs.baseline if inputs.baseline is not None
-                                      else _packed_dataset(inputs.packed[0], image_size))
+                                      else _packed_dataset(inputs.packed[0], image_size, inputs))
                     report.ceilings = ceilings(probe, sample_records(probe), cores=cores, cold=cold,
                                                budget=stage_budget, image_size=image_size,
                                                batch_size=batch_size,
@@ -121,10 +122,40 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
     return report
 
 
+def _specs(inputs: Inputs, include: Collection[RunKind], batch_size: int, image_size: int, cold: bool,
+           grid: Sequence[tuple[int, int]], dali: bool,
+           variants: Sequence[dict[str, Any]]) -> list[RunSpec]:
+    """Every row, in the table's order: torch, raw reads, fastload; local and in a store."""
+    local = [p for p in inputs.packed if isinstance(p, Path)]
+    stored = [p for p in inputs.packed if not isinstance(p, Path)]
+    objects = inputs.baseline if isinstance(inputs.baseline, StoreObjects) else None
+    folder = None if objects is not None else inputs.baseline
+    specs: list[RunSpec] = []
+    if inputs.baseline is not None and "baseline" in include:
+        specs += torch_rows(inputs.baseline, batch_size, grid, cold)
+    if "raw" in include:
+        specs += raw_rows(folder, local, batch_size, cold) + store_raw_rows(objects, batch_size)
+        for url in stored:
+            specs += store_rows(url, inputs.storage_options, _cache_dir(inputs), batch_size, image_size,
+                                train=False)
+    if "fastload" in include:
+        specs += fastload_rows(local, batch_size, image_size, cold, dali=dali, variants=variants)
+        for url in stored:
+            specs += store_rows(url, inputs.storage_options, _cache_dir(inputs), batch_size, image_size,
+                                raw=False)
+    return specs
+
+
+def _cache_dir(inputs: Inputs) -> str:
+    assert inputs.cache_dir is not None, "resolve() makes a temporary cache for datasets in a store"
+    return inputs.cache_dir
+
+
 def doctor(src: str | os.PathLike[str] | torch.utils.data.Dataset, *, batch_size: int = 64,
            image_size: int = 224, num_workers: int | None = None, duration: float = 5.0,
            samples: int | None = None, cold: bool = False, model_step: ModelStep = None,
-           stage_budget: float = 0.5, progress: bool | None = None) -> BenchReport:
+           stage_budget: float = 0.5, progress: bool | None = None,
+           storage_options: dict[str, Any] | None = None) -> BenchReport:
     """Time each stage of SRC's loader alone, run it with a stand-in training step, name the bottleneck.
 
     Args:
@@ -136,6 +167,8 @@ def doctor(src: str | os.PathLike[str] | torch.utils.data.Dataset, *, batch_size
             None keeps fastload's auto settings.
         model_step: seconds of a training step (slept: a GPU step leaves the CPU free), or a
             callable run on each batch; the report then shows how long the loop waits for data.
+        storage_options: the object store's options when ``src`` is a URL (small objects, or a
+            dataset in a store, read through an empty temporary node cache: a first epoch).
     """
     _check(batch_size, duration, samples)
     config = _config(src if not isinstance(src, torch.utils.data.Dataset) else type(src).__name__, (),
@@ -149,7 +182,8 @@ def doctor(src: str | os.PathLike[str] | torch.utils.data.Dataset, *, batch_size
             _diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold, model_step,
                            num_workers, stage_budget, shown, dataset=src)
         else:
-            with resolve(src, image_size=image_size, pack_missing=False) as inputs:
+            with resolve(src, image_size=image_size, pack_missing=False,
+                         storage_options=storage_options) as inputs:
                 if inputs.skipped:  # the files the loader was spared, named
                     report.skipped = list(inputs.skipped)
                     report.notes.append(skipped_note(inputs.skipped))
@@ -168,13 +202,13 @@ def _target(inputs: Inputs, specs: Sequence[RunSpec], report: BenchReport,
     folder with torch's DataLoader (its best row); with its spec and its measured row."""
     mine = inputs.packed[:1] if inputs.packed and not inputs.temporary else []
     if mine:
-        dataset = _packed_dataset(mine[0], image_size)
-        name = f"fastload {dataset.manifest.storage}"
+        dataset = _packed_dataset(mine[0], image_size, inputs)
+        name = _row_name(dataset)
     elif inputs.baseline is not None:
         dataset, name = inputs.baseline, report.reference["pipeline"]
     else:
-        dataset = _packed_dataset(inputs.packed[0], image_size)
-        name = f"fastload {dataset.manifest.storage}"
+        dataset = _packed_dataset(inputs.packed[0], image_size, inputs)
+        name = _row_name(dataset)
     row = next((r for r in report.measured() if r.name == name), None)
     spec = next((s for s in specs if s.name == name), None)
     return (dataset, spec, row) if row is not None and spec is not None else None
@@ -188,7 +222,7 @@ def _diagnose_into(report: BenchReport, inputs: Inputs, batch_size: int, image_s
     cores = available_cpus()
     if dataset is None:
         dataset = (inputs.baseline if inputs.src_kind == "folder" else
-                   _packed_dataset(inputs.packed[0], image_size))
+                   _packed_dataset(inputs.packed[0], image_size, inputs))
     spec, probe = _loader_spec(dataset, batch_size, num_workers, cores)
     if cold:
         def prepare() -> None:
@@ -219,9 +253,15 @@ def _judge(report: BenchReport, inputs: Inputs, probe: Probe, loader: Any, run: 
     stages, sample = measure_stages(probe, batch_size=batch_size, cold=cold, budget=budget)
     for stage in stages:
         stage.parallel = parallel.get(stage.name, parallel["decode"])
+    store = _store_speed(probe, parallel["read"])
+    if store is not None:  # the read stage is the store's: its round trips and bandwidth
+        shown.note("measuring the object store")
+        stages[0] = store.stage("as this loader fetches")
     shown.note("measuring the machine's ceilings")
     report.ceilings = ceilings(probe, sample, cores=cores, cold=cold, budget=budget, image_size=image_size,
                                batch_size=batch_size, sequential_files=_sequential(inputs, cold))
+    if store is not None:
+        report.ceilings.update(store.as_dict())
     rate = report.ceilings["h2d_pinned_mb_s" if pinned else "h2d_pageable_mb_s"]
     if rate:
         stages.append(Stage("transfer", "transfer", 3 * image_size**2 / (rate * 1e6)))
@@ -234,7 +274,10 @@ def _judge(report: BenchReport, inputs: Inputs, probe: Probe, loader: Any, run: 
         model_step_s=_step_seconds(model_step, run),
         reduced_decode=isinstance(probe, PackedProbe) and probe.pipeline is not None,
         reduced_decode_s=1.0 / reduced if (reduced := report.ceilings["decode_reduced_per_core"]) else None,
-        pinned=pinned if rate else None, dali_installed=_dali_installed()))
+        pinned=pinned if rate else None, dali_installed=_dali_installed(),
+        store_bound=store.bound if store else None, store_latency_s=store.latency_s if store else None,
+        store_mb_s=store.mb_s if store else None, cached=_cached(probe),
+        dataset_bytes=_dataset_bytes(probe)))
     report.verdict = replace(verdict, loader=run.name.removeprefix("doctor: "))
 
 
@@ -265,7 +308,7 @@ def _loader_spec(dataset: Any, batch_size: int, num_workers: int | None,
 
     if isinstance(dataset, PackedDataset):
         kwargs: dict[str, Any] = {} if num_workers is None else {"num_workers": num_workers}
-        spec = RunSpec(f"doctor: fastload {dataset.manifest.storage}", "fastload", dataset.manifest.storage,
+        spec = RunSpec(f"doctor: {_row_name(dataset)}", "fastload", dataset.manifest.storage,
                        lambda: DataLoader(dataset, batch_size=batch_size, shuffle=True, **kwargs),
                        settings_text,
                        dataset.manifest.total_bytes / max(1, len(dataset)))
@@ -278,7 +321,8 @@ def _loader_spec(dataset: Any, batch_size: int, num_workers: int | None,
     workers = cores if num_workers is None else num_workers
     extra: dict[str, Any] = {"persistent_workers": True} if workers else {}
     size = dataset.mean_size() if isinstance(dataset, ImageFolderBaseline) else 0.0
-    what = ("ImageFolder (folder, Pillow)" if type(dataset) is ImageFolderBaseline
+    what = ("ImageFolder (folder, Pillow)" if type(dataset) is ImageFolderBaseline else
+            "small objects in a store (one GET each, Pillow)" if type(dataset) is StoreObjects
             else f"{type(dataset).__name__} (your Dataset)")
     spec = RunSpec(f"doctor: torch {what}", "baseline", "folder",
                    lambda: torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,
@@ -297,10 +341,53 @@ def _parallelism(loader: Any, cores: int) -> dict[str, int]:
     return {"read": workers, "decode": workers, "transform": workers, "collate": workers}
 
 
-def _packed_dataset(path: Path, image_size: int) -> Any:
+def _packed_dataset(path: Path | str, image_size: int, inputs: Inputs) -> Any:
+    """The packed dataset at ``path`` with the train pipeline (one in a store through the run's
+    temporary node cache, empty at first: what a first epoch on a new node reads)."""
     from fastload.dataset import PackedDataset
 
-    return PackedDataset(path, image_size=image_size, train=True)
+    if isinstance(path, Path):
+        return PackedDataset(path, image_size=image_size, train=True)
+    return PackedDataset(path, image_size=image_size, train=True, storage_options=inputs.storage_options,
+                         cache_dir=_cache_dir(inputs), cache_limit=_room_for(path, inputs))
+
+
+def _room_for(url: str, inputs: Inputs) -> int:
+    from fastload.storage.packed import locate_packed
+
+    manifest = locate_packed(url, inputs.storage_options).manifest()
+    return manifest.total_bytes + max((s.bytes for s in manifest.shards), default=0)
+
+
+def _row_name(dataset: Any) -> str:
+    """The name of fastload's train row on this dataset (see contenders / far)."""
+    where = ", store" if dataset.reader.remote is not None else ""
+    return f"fastload {dataset.manifest.storage}{where}"
+
+
+def _store_speed(probe: Probe, reads_at_once: int) -> StoreSpeed | None:
+    """What the object store behind ``probe`` allows, as its loader fetches (None: not in a store)."""
+    dataset = getattr(probe, "dataset", None)
+    if isinstance(dataset, StoreObjects):
+        return objects_store_speed(dataset, reads_at_once)
+    if isinstance(probe, PackedProbe) and dataset.reader.remote is not None:
+        return packed_store_speed(dataset)
+    return None
+
+
+def _cached(probe: Probe) -> bool:
+    """Whether a dataset in a store is read through a node cache."""
+    reader = getattr(getattr(probe, "dataset", None), "reader", None)
+    remote = getattr(reader, "remote", None)
+    return remote is None or remote.cache is not None
+
+
+def _dataset_bytes(probe: Probe) -> int | None:
+    dataset = getattr(probe, "dataset", None)
+    if isinstance(dataset, StoreObjects):
+        return sum(dataset.sizes)
+    manifest = getattr(dataset, "manifest", None)
+    return manifest.total_bytes if manifest is not None else None
 
 
 def _probe_of(dataset: Any) -> Probe:
@@ -310,7 +397,8 @@ def _probe_of(dataset: Any) -> Probe:
 
 
 def _sequential(inputs: Inputs, cold: bool) -> list[str]:
-    return shard_files(inputs.packed[0]) if cold and inputs.packed else []
+    first = inputs.packed[0] if inputs.packed else None
+    return shard_files(first) if cold and isinstance(first, Path) else []
 
 
 def _check(batch_size: int, duration: float, samples: int | None) -> None:

@@ -95,6 +95,10 @@ def _ceilings(c: dict[str, Any]) -> str:
     parts.append(reads)
     if c.get("disk_sequential_mb_s"):
         parts.append(f"sequential disk read (cold) {c['disk_sequential_mb_s']:.0f} MB/s")
+    if c.get("store_latency_ms"):
+        parts.append(f"object store: {c['store_latency_ms']:.0f} ms a request alone; "
+                     f"{c['store_in_flight']:.0f} at once in {c['store_round_ms']:.0f} ms, "
+                     f"{c['store_mb_s']:.0f} MB/s")
     if c.get("h2d_pinned_mb_s"):
         parts.append(f"host→GPU copy {c['h2d_pinned_mb_s']:.0f} MB/s pinned, "
                      f"{c['h2d_pageable_mb_s']:.0f} MB/s pageable")

@@ -44,6 +44,11 @@ class Evidence:
             images (None: not measured); advised only when faster than decode + transform now.
         pinned: the loader pins batches (None: no CUDA, transfer not measured).
         dali_installed: ``import nvidia.dali`` works here, so DALI advice needs no install hint.
+        store_bound: the data is in an object store whose round trips (``"latency"``) or bytes
+            (``"bandwidth"``) limit the reads (None: not in a store).
+        store_latency_s, store_mb_s: one request's latency and the store's bandwidth here.
+        cached: a dataset in a store is read through a node cache.
+        dataset_bytes: the data's size (what a cache needs to hold it all).
     """
 
     stages: Sequence[StageLike]
@@ -57,6 +62,11 @@ class Evidence:
     reduced_decode_s: float | None = None
     pinned: bool | None = None
     dali_installed: bool = False
+    store_bound: Literal["latency", "bandwidth"] | None = None
+    store_latency_s: float | None = None
+    store_mb_s: float | None = None
+    cached: bool = True
+    dataset_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -106,7 +116,9 @@ def diagnose(e: Evidence) -> Verdict:
             return Verdict("model", "model-bound", None, _model_reason(e, wait, data_rate, model_rate),
                            _MODEL_ADVICE, capacities, predicted, wait)
     reason = _reason(e, group, worst, load, predicted)
-    return Verdict(group, _label(group, worst.name), worst.name, reason,  # type: ignore[arg-type]
+    label = (f"I/O-bound (object store, {e.store_bound}-bound)" if group == "io" and e.store_bound
+             else _label(group, worst.name))
+    return Verdict(group, label, worst.name, reason,  # type: ignore[arg-type]
                    _advice(e, group, worst), capacities, predicted, wait)
 
 
@@ -164,7 +176,9 @@ def _advice(e: Evidence, group: str, worst: StageLike) -> list[str]:
     more_workers = (f"use every core: num_workers={e.cores} (this loader runs {cpu_par} at a time)"
                     if cpu_par < e.cores else None)
     out: list[str | None]
-    if group == "io":
+    if group == "io" and e.store_bound:
+        out = _store_advice(e)
+    elif group == "io":
         out = ["pack the files into shards: `fastload pack SRC`, then `fastload bench SRC --packed "
                "SRC.fl` shows the gain (one large file instead of an open/read/close per sample)"
                if e.source == "folder" else
@@ -189,6 +203,30 @@ def _advice(e: Evidence, group: str, worst: StageLike) -> list[str]:
                f"{worst.name} costs {_ms(worst.seconds_per_sample)} per sample: make it cheaper, or run "
                "augmentations on the GPU on uint8 batches"]
     return [a for a in out if a]
+
+
+def _store_advice(e: Evidence) -> list[str | None]:
+    """Far storage: what fixes reads that wait on round trips, or on the store's bandwidth."""
+    from fastload.config import format_size
+
+    wait = _ms(e.store_latency_s or 0.0)
+    room = f"cache_limit='{format_size(e.dataset_bytes * 1.1)}'" if e.dataset_bytes else "cache_limit="
+    cache = (f"give the node cache room for the whole dataset (PackedDataset(url, {room})): epochs after "
+             "the first read the local disk, not the store")
+    if e.source == "folder":
+        return [f"pack the objects into shards in the store: `fastload pack SRC -o SRC.fl`; a batch's "
+                f"records then come in one round of ranged GETs (4 MiB pieces with the node cache) "
+                f"instead of a {wait} round trip per object", cache,
+                "until then, more requests in flight: more loader workers than cores (they wait on the "
+                "network, not the CPU)" if e.store_bound == "latency" else None]
+    if e.store_bound == "latency":
+        return [None if e.cached else "turn the node cache on (the default: cache_limit=0 turns it off): "
+                "records then come in 4 MiB pieces, dozens a request, not one round trip each",
+                cache, f"run next to the store (same region or zone): a request waits {wait} here"]
+    return [cache,
+            f"the store delivers {e.store_mb_s or 0:.0f} MB/s here: re-pack smaller (`fastload pack SRC "
+            "--max-side 500`) to move fewer bytes a sample",
+            "run next to the store (same region or zone) or on a faster network"]
 
 
 def _reduced_advice(e: Evidence) -> str | None:
