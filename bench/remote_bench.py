@@ -55,6 +55,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--work", default=None, help="folder for the caches (default: a temp folder)")
     p.add_argument("--skip-train", action="store_true", help="leave out the train pipeline rows")
     p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--cli-json", default=None, metavar="FILE",
+                   help="also run `fastload bench PHOTOS_URL --packed PACKED_URL` through the proxy "
+                        "and write its report here (its table is printed)")
+    p.add_argument("--rows", default=None, help="only these rows (names separated by ';')")
     p.add_argument("--row", default=None, help=argparse.SUPPRESS)  # internal: run one row, print JSON
     p.add_argument("--row-args", default="{}", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -244,6 +248,48 @@ def _range_length(request: Any) -> int:
     return int(hi) - int(lo) + 1 if lo and hi else 0
 
 
+def _ratios(by: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The issue's ratios, of the rows that ran (``--rows`` may leave some out)."""
+    def rate(name: str, epoch: int | None = None) -> float:
+        row = by[name]
+        return row["rate"] if epoch is None else row["epochs"][epoch]["rate"]
+
+    wanted: dict[str, Any] = {
+        "packed no cache / small objects": lambda: rate("packed, no cache") / rate("small objects"),
+        "packed cold (epoch 1) / small objects":
+            lambda: rate("packed, cache cold+warm", 0) / rate("small objects"),
+        "packed cold (epoch 1) / store ceiling":
+            lambda: rate("packed, cache cold+warm", 0) / rate("store ceiling, 4 MiB pieces"),
+        "packed warm (epoch 2) / local disk": lambda: rate("packed, cache cold+warm", 1) / rate("local disk"),
+        "local cold: fastload / threaded pread":
+            lambda: rate("local disk cold, fastload") / rate("local disk cold, pread x64"),
+        "train store / local, epoch 1": lambda: rate("train, store cold+warm", 0) / rate("train, local disk", 0),
+        "train store / local, epoch 2": lambda: rate("train, store cold+warm", 1) / rate("train, local disk", 1),
+        "train peak RSS store / local":
+            lambda: by["train, store cold+warm"]["peak_mb"] / by["train, local disk"]["peak_mb"],
+    }
+    for policy in ("keep", "lru"):
+        wanted[f"policy {policy}: epoch 3 rate / epoch 1 rate"] = (
+            lambda p=policy: rate(f"policy {p}, cache 1/2", 2) / rate(f"policy {p}, cache 1/2", 0))
+    ratios = {}
+    for name, ratio in wanted.items():
+        try:
+            ratios[name] = ratio()
+        except KeyError:  # a row it needs did not run
+            pass
+    return ratios
+
+
+def _run_cli(photos_url: str, packed_url: str, options: dict[str, Any], out: str, work: Path) -> None:
+    """``fastload bench`` on the store URLs, as a user runs it, through the same proxy."""
+    given = []
+    for key, value in options.items():
+        given += ["--storage-option", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
+    subprocess.run([sys.executable, "-m", "fastload.cli", "bench", photos_url, "--packed", packed_url,
+                    "--duration", "5", "--repeats", "1", "--no-dali", "--stages", "--quiet",
+                    "--work", str(work), "--json", out, *given], check=True)
+
+
 def _upload(photos: Path, packed: Path, server: Any) -> tuple[str, str]:
     from fastload.storage.remote import RemoteStore
 
@@ -288,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
                 return str(path)
 
             def row(name: str, kind: str, **extra: Any) -> None:
-                rows.append(_run_row(name, kind, {**common, **extra}, proxy, server.process.pid))
+                if args.rows is None or name in args.rows.split(";"):
+                    rows.append(_run_row(name, kind, {**common, **extra}, proxy, server.process.pid))
+
+            if args.cli_json:
+                _run_cli(photos_url, packed_url, opts, args.cli_json, work)
 
             row("small objects", "small", photos_url=photos_url, records=args.small_records)
             row("packed, no cache", "raw", url=packed_url)
@@ -307,22 +357,7 @@ def main(argv: list[str] | None = None) -> int:
                     cache_limit=4 * total)
     finally:
         server.stop()
-    by = {r["name"]: r for r in rows}
-    ratios = {
-        "packed no cache / small objects": by["packed, no cache"]["rate"] / by["small objects"]["rate"],
-        "packed cold (epoch 1) / small objects": by["packed, cache cold+warm"]["epochs"][0]["rate"] / by["small objects"]["rate"],
-        "packed cold (epoch 1) / store ceiling": by["packed, cache cold+warm"]["epochs"][0]["rate"] / by["store ceiling, 4 MiB pieces"]["rate"],
-        "packed warm (epoch 2) / local disk": by["packed, cache cold+warm"]["epochs"][1]["rate"] / by["local disk"]["rate"],
-        "local cold: fastload / threaded pread": by["local disk cold, fastload"]["rate"] / by["local disk cold, pread x64"]["rate"],
-    }
-    for policy in ("keep", "lru"):
-        epochs = by[f"policy {policy}, cache 1/2"]["epochs"]
-        ratios[f"policy {policy}: epoch 3 rate / epoch 1 rate"] = epochs[2]["rate"] / epochs[0]["rate"]
-    if "train, local disk" in by:
-        local, remote = by["train, local disk"]["epochs"], by["train, store cold+warm"]["epochs"]
-        ratios["train store / local, epoch 1"] = remote[0]["rate"] / local[0]["rate"]
-        ratios["train store / local, epoch 2"] = remote[1]["rate"] / local[1]["rate"]
-        ratios["train peak RSS store / local"] = by["train, store cold+warm"]["peak_mb"] / by["train, local disk"]["peak_mb"]
+    ratios = _ratios({r["name"]: r for r in rows})
     for name, value in ratios.items():
         print(f"{name:<40} {value:6.2f}x")
     if args.json:
