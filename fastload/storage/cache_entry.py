@@ -4,11 +4,14 @@ are present (see fastload.storage.cache for the folder they live in and the rule
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
 import mmap
 import os
 import re
 import stat
+import struct
 import threading
 import time
 from collections.abc import Sequence
@@ -120,6 +123,46 @@ class CacheEntry:
         files.map[first:-(-end // BLOCK)] = b"\x01" * (-(-end // BLOCK) - first)  # only now: data is there
         return True
 
+    def claim(self, piece: int) -> Claim | None:
+        """Claim piece number ``piece`` (any fixed unit of the caller's) for fetching: None when
+        another process or thread holds it (it is fetching it: wait(), then read the cache).
+
+        The claim is an open-file-description lock on one byte of the entry's data file: it ends
+        with ``Claim.release()``, or with the process, so a killed fetcher blocks no one."""
+        fd = self._lock_fd()
+        if fd < 0:
+            return Claim(-1)  # no such locks here, or the file is gone: every fetcher on its own
+        try:
+            fcntl.fcntl(fd, _F_OFD_SETLK, _flock(fcntl.F_WRLCK, piece))
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                return None
+            return Claim(-1)
+        return Claim(fd, piece)
+
+    def wait(self, piece: int) -> None:
+        """Return once no one holds a claim on ``piece`` (its fetcher wrote it, or gave up)."""
+        fd = self._lock_fd()
+        if fd < 0:
+            return
+        try:
+            fcntl.fcntl(fd, _F_OFD_SETLKW, _flock(fcntl.F_RDLCK, piece))
+        except OSError:
+            return
+        finally:
+            _unlock_and_close(fd, piece)
+
+    def _lock_fd(self) -> int:
+        """A descriptor of its own (an OFD lock belongs to one open file description, so the
+        threads of one process exclude each other too); -1 when that cannot be had."""
+        if _F_OFD_SETLK is None:
+            return -1
+        try:
+            return os.open(os.path.join(self.path, "data"), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return -1
+
     def invalidate(self, offset: int, length: int) -> None:
         """Mark the blocks covering these bytes absent (their copy failed its checksum)."""
         start, end = self._span(offset, length)
@@ -160,6 +203,41 @@ class CacheEntry:
     def _admit(self) -> _Files:
         files = self.cache._attach(self.name, self.key, self.size, self.dataset)
         return files if files is not None else _Files(-1, bytearray(_map_len(self.size)))
+
+
+class Claim:
+    """A piece being fetched by this thread (see ``CacheEntry.claim``); ``release()`` once its
+    bytes are written (or the fetch failed)."""
+
+    __slots__ = ("fd", "piece")
+
+    def __init__(self, fd: int, piece: int = 0) -> None:
+        self.fd, self.piece = fd, piece
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            _unlock_and_close(self.fd, self.piece)
+            self.fd = -1
+
+
+def _unlock_and_close(fd: int, piece: int) -> None:
+    """Unlock, then close: a DataLoader worker forked meanwhile holds a copy of the descriptor,
+    and the lock would last until that copy closed too (close alone releases nothing then)."""
+    try:
+        fcntl.fcntl(fd, _F_OFD_SETLK, _flock(fcntl.F_UNLCK, piece))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+_F_OFD_SETLK: int | None = getattr(fcntl, "F_OFD_SETLK", None)  # Linux 3.15+
+_F_OFD_SETLKW: int | None = getattr(fcntl, "F_OFD_SETLKW", None)
+
+
+def _flock(kind: int, byte: int) -> bytes:
+    """A ``struct flock`` for one byte at ``byte`` (l_pid 0, as OFD locks require)."""
+    return struct.pack("hhqqixxxx", kind, os.SEEK_SET, byte, 1, 0)
 
 
 class _Files:

@@ -111,11 +111,18 @@ class RemoteShards:
 
     def read(self, places: Sequence[Place]) -> list[bytes]:
         """The bytes at every place: from the cache where present, else fetched (whole pieces or
-        cache blocks, so they can be kept) with every request of the batch in flight at once."""
+        cache blocks, so they can be kept) with every request of the batch in flight at once.
+
+        A piece is claimed before it is fetched (``CacheEntry.claim``): one that another process
+        or thread of the node is fetching is waited for, once this batch's own fetches are done
+        (never while holding claims), and read from the cache."""
         out: list[bytes | None] = [None] * len(places)
         budget = FILL_BUDGET
         direct: list[int] = []
         fills: dict[tuple[int, int], tuple[RemoteShard, int, int]] = {}
+        pieces: set[tuple[int, int]] = set()
+        claims: list[Any] = []
+        busy: list[tuple[Any, int]] = []  # (entry, piece) another fetcher holds
         for k, (shard, offset, size) in enumerate(places):
             entry = shard.entry  # once: another thread may drop it (see _keep)
             if entry is None:
@@ -126,21 +133,36 @@ class RemoteShards:
                 out[k] = self._cached(entry, offset, size)
                 continue
             if budget > 0:  # the whole aligned pieces around the record: later reads will want them
-                first, last = offset // FILL_PIECE, (offset + size - 1) // FILL_PIECE
-                missing = entry.missing([(p * FILL_PIECE, FILL_PIECE) for p in range(first, last + 1)])
+                missing = []
+                for piece in range(offset // FILL_PIECE, (offset + size - 1) // FILL_PIECE + 1):
+                    if (id(shard), piece) in pieces:
+                        continue
+                    pieces.add((id(shard), piece))
+                    claim = entry.claim(piece)
+                    if claim is None:
+                        busy.append((entry, piece))
+                        continue
+                    claims.append(claim)
+                    missing += entry.missing([(piece * FILL_PIECE, FILL_PIECE)])
             for start, length in missing:
                 if (id(shard), start) not in fills:
                     fills[(id(shard), start)] = (shard, start, length)
                     budget -= length
         wanted = [(places[k][0].name, places[k][1], places[k][2]) for k in direct]
         wanted += [(shard.name, start, length) for shard, start, length in fills.values()]
-        bodies = self.store.read_ranges(wanted) if wanted else []
-        for k, body in zip(direct, bodies):
-            out[k] = body
         fetched: dict[int, list[tuple[int, bytes]]] = {}
-        for (shard, start, _), body in zip(fills.values(), bodies[len(direct):]):
-            fetched.setdefault(id(shard), []).append((start, body))
-            self._keep(shard, start, body)
+        try:
+            bodies = self.store.read_ranges(wanted) if wanted else []
+            for k, body in zip(direct, bodies):
+                out[k] = body
+            for (shard, start, _), body in zip(fills.values(), bodies[len(direct):]):
+                fetched.setdefault(id(shard), []).append((start, body))
+                self._keep(shard, start, body)
+        finally:
+            for claim in claims:
+                claim.release()
+        for entry, piece in busy:
+            entry.wait(piece)
         # Each record from the piece fetched around it, else from the cache (its blocks there and
         # fetched ones together); what neither holds (dropped meanwhile) in one more round.
         again = []
@@ -260,17 +282,27 @@ class _Filler(threading.Thread):
         return None if self.stopped.is_set() else self.shards()
 
     def _fill_shard(self, remote: RemoteShard) -> None:
-        pieces = [(start, FILL_PIECE) for start in range(0, remote.size, FILL_PIECE)]
-        for k in range(0, len(pieces), FILL_GROUP):
+        count = -(-remote.size // FILL_PIECE)
+        for k in range(0, count, FILL_GROUP):
             entry = remote.entry  # None: no room for this shard (or no longer): the next may have one
             shards = self._live()
             if entry is None or shards is None:
                 return
-            missing = entry.missing(pieces[k:k + FILL_GROUP])  # reads may have fetched some
-            if missing:
-                bodies = shards.store.read_ranges([(remote.name, a, n) for a, n in missing])
-                for (start, _), body in zip(missing, bodies):
-                    shards._keep(remote, start, body)
+            claims, missing = [], []
+            for piece in range(k, min(k + FILL_GROUP, count)):
+                claim = entry.claim(piece)
+                if claim is None:
+                    continue  # another process or thread is fetching it
+                claims.append(claim)
+                missing += entry.missing([(piece * FILL_PIECE, FILL_PIECE)])  # reads may have fetched some
+            try:
+                if missing:
+                    bodies = shards.store.read_ranges([(remote.name, a, n) for a, n in missing])
+                    for (start, _), body in zip(missing, bodies):
+                        shards._keep(remote, start, body)
+            finally:
+                for claim in claims:
+                    claim.release()
             del shards
 
 

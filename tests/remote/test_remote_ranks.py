@@ -187,13 +187,13 @@ def test_a_rank_reads_what_another_rank_of_its_node_fetched(run):
 
 @pytest.mark.timeout(150)
 def test_ranks_reading_at_once_fill_one_node_cache(run):
-    """The ranks' first epoch brings in every byte of the dataset, in whole cache blocks, and the
-    second epoch fetches nothing. Not asserted: that the node fetches each byte once. The ranks'
-    fillers start half the dataset apart (LOCAL_RANK), but a piece in flight is claimed nowhere
-    (not across processes, not between a reader and the filler), so whoever wants it meanwhile
-    fetches it too: 1.4-1.7x the dataset here, 1.8x when the fillers started side by side."""
+    """The ranks' first epoch brings in every byte of the dataset exactly once for the node, in
+    whole cache blocks, and the second epoch fetches nothing. A piece is claimed while it is
+    fetched, so a rank (or the filler of its own process) that wants it meanwhile waits for it
+    instead of fetching it too (before the claims: 1.4-1.8x the dataset)."""
     first, second = zip(*run.gets["node"])
-    assert _covered([span for spans in first for span in spans]) == run.shard_sizes
+    spans = [span for ranks in first for span in ranks]
+    assert _covered(spans) == run.shard_sizes and _bytes(spans) == run.dataset_bytes
     assert all(_whole_blocks(run, spans) for spans in first)
     assert second == ([], [])
 
@@ -204,6 +204,7 @@ def test_ranks_with_caches_of_their_own_each_fetch_the_whole_dataset(run):
     shard ahead of the reads), not with its rank's share; then reads only its disk."""
     for first, second in run.gets["nodes"]:
         assert _covered(first) == run.shard_sizes and _whole_blocks(run, first)
+        assert _bytes(first) == run.dataset_bytes  # its reads and its filler never fetch a piece twice
         assert second == []
 
 

@@ -140,7 +140,75 @@ def test_threads_write_and_read_one_entry(tmp_path: Path) -> None:
     assert entry.missing([(0, entry.size)]) == [] and check_present(entry, 3) == 41
 
 
+def test_a_claimed_piece_excludes_other_threads_until_released(tmp_path: Path) -> None:
+    entry = NodeCache(tmp_path, 8 * BLOCK).entry(key(6), 4 * BLOCK, "ds")
+    assert entry is not None
+    mine = entry.claim(1)
+    assert mine is not None
+    assert entry.claim(1) is None  # the same process, another fetch: excluded too
+    other = entry.claim(2)  # another piece is free
+    assert other is not None
+    waited = threading.Event()
+
+    def wait() -> None:
+        entry.wait(1)
+        waited.set()
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    assert not waited.wait(0.3)  # still fetching
+    mine.release()
+    waiter.join(timeout=5)
+    assert waited.is_set()
+    again = entry.claim(1)
+    assert again is not None
+    again.release()
+    other.release()
+
+
 # --- other processes ------------------------------------------------------------------------------
+
+def _claim_and_sleep(entry: CacheEntry, piece: int, claimed: Any) -> None:
+    assert entry.claim(piece) is not None
+    claimed.set()
+    time.sleep(60)
+
+
+def test_a_released_claim_is_free_though_a_forked_child_holds_its_descriptor(tmp_path: Path) -> None:
+    entry = NodeCache(tmp_path, 8 * BLOCK).entry(key(8), 4 * BLOCK, "ds")
+    assert entry is not None
+    claim = entry.claim(0)
+    assert claim is not None
+    child = CTX.Process(target=time.sleep, args=(60,))  # a DataLoader worker forked mid-fetch
+    child.start()
+    try:
+        claim.release()
+        again = entry.claim(0)
+        assert again is not None  # the child's copy of the descriptor holds nothing
+        again.release()
+    finally:
+        child.kill()
+        child.join()
+
+
+def test_a_claim_excludes_other_processes_and_dies_with_its_holder(tmp_path: Path) -> None:
+    entry = NodeCache(tmp_path, 8 * BLOCK).entry(key(7), 4 * BLOCK, "ds")
+    assert entry is not None
+    claimed = CTX.Event()
+    child = CTX.Process(target=_claim_and_sleep, args=(entry, 3, claimed))
+    child.start()
+    try:
+        assert claimed.wait(10)
+        assert entry.claim(3) is None  # the child is fetching it
+        os.kill(child.pid, signal.SIGKILL)  # killed mid-fetch: the kernel drops its claim
+        child.join(10)
+        entry.wait(3)  # returns: no one holds it now
+        mine = entry.claim(3)
+        assert mine is not None
+        mine.release()
+    finally:
+        child.kill()
+        child.join()
 
 def _write_block(entry: CacheEntry, block: int) -> None:
     entry.write(block * BLOCK, content(4, block * BLOCK, BLOCK))
