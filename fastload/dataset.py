@@ -20,6 +20,7 @@ from fastload.pipeline import ImagePipeline, ThreadDecoder, decode_batch
 from fastload.readers import ShardReader
 from fastload.storage import node_cache
 from fastload.storage.packed import locate_packed, open_packed
+from fastload.user_transforms import SampleTransform
 
 
 class PackedDataset(torch.utils.data.Dataset):
@@ -58,6 +59,11 @@ class PackedDataset(torch.utils.data.Dataset):
             whole number (``5e8`` is accepted); it is the one read-time limit: Pillow's
             process-wide ``Image.MAX_IMAGE_PIXELS`` is raised as far as needed (never lowered) so
             it does not refuse an image this allows.
+        sample_transform: with ``image_size``, your augmentation ``fn(sample, generator) -> sample``
+            on each decoded sample, in the decode threads or workers: ``sample`` is ``{"image":
+            uint8 3×H×W tensor, "label": int, "index": int}``, ``generator`` a ``torch.Generator``
+            seeded from ``(seed, epoch, index)`` (the same draws for any number of workers, and after
+            a resume). See :mod:`fastload.user_transforms`, and :mod:`fastload.augment` for ready-made ones.
 
     Without ``image_size``, ``ds[i]`` is ``(PIL.Image in RGB, label)`` (``(bytes, label)`` when the
     packed files are not all images); with it, ``(uint8 tensor, label)``, and ``__getitems__``
@@ -76,7 +82,8 @@ class PackedDataset(torch.utils.data.Dataset):
                  max_pixels: int | float = MAX_PIXELS,  # noqa: PYI041 - a count, 5e8 too
                  storage_options: dict[str, Any] | None = None,
                  cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str = CACHE_LIMIT,
-                 cache_policy: Literal["keep", "lru"] = "keep") -> None:
+                 cache_policy: Literal["keep", "lru"] = "keep",
+                 sample_transform: SampleTransform | None = None) -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error={on_error!r}: must be 'raise' or 'skip'")
         self.on_error = on_error
@@ -94,6 +101,12 @@ class PackedDataset(torch.utils.data.Dataset):
                              "pipeline), not both")
         self.pipeline = (ImagePipeline(image_size, train, scale, ratio, resize_ratio)
                          if image_size is not None else None)
+        if sample_transform is not None and self.pipeline is None:
+            raise ValueError("sample_transform= runs on the built-in pipeline's decoded uint8 tensors: pass "
+                             "image_size= too (with transform=, your callable already sees every sample)")
+        if sample_transform is not None and not callable(sample_transform):
+            raise TypeError(f"sample_transform={sample_transform!r}: must be a callable (sample, generator) -> sample")
+        self.sample_transform = sample_transform
         if decode_threads is not None and decode_threads < 1:
             raise ValueError(f"decode_threads={decode_threads}: must be at least 1")
         self.decode_threads = decode_threads
@@ -244,7 +257,7 @@ class PackedDataset(torch.utils.data.Dataset):
         batch = decode_batch(pipeline, read, parsed, self.index.width[indices],
                              self.index.height[indices], self.index.label[indices],
                              self.decoder, self.reader.where, max_pixels=self.max_pixels,
-                             failed=undecoded)
+                             failed=undecoded, sample_transform=self.sample_transform)
         if failed is not None and undecoded:
             failed.update((indices[k], exc) for k, exc in undecoded.items())
             indices = [i for k, i in enumerate(indices) if k not in undecoded]

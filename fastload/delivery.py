@@ -25,6 +25,7 @@ from fastload.prefetch import ThreadPrefetcher
 from fastload.stats import LoaderStats
 from fastload.transfer import DeviceFeed, Normalizer
 from fastload.tuning import batch_size_of
+from fastload.user_transforms import apply_batch_transform
 
 
 class LoaderIterator(_BaseDataLoaderIter):
@@ -77,10 +78,16 @@ class LoaderIterator(_BaseDataLoaderIter):
         if self._sizes is not None and "share" in progress:
             at = progress["start"] + progress["delivered"]
             nbytes = int(np.asarray(self._sizes)[progress["share"][at:at + n + skipped]].sum())
+        position = progress.get("start", 0) + progress["delivered"]
         progress["delivered"] += n + skipped  # skipped samples were consumed too: resume past them
-        self._stats.record(n, nbytes, waited, skipped)
         self._num_yielded += 1
         progress["batches"] = self._num_yielded  # what a resume of any other sampler counts
+        transform = getattr(self._loader, "batch_transform", None)
+        if transform is not None:  # counted as delivered first: if it raises, the next call goes on
+            started = time.perf_counter()
+            batch = apply_batch_transform(transform, batch, self._loader.seed, progress.get("epoch"), position)
+            waited += time.perf_counter() - started
+        self._stats.record(n, nbytes, waited, skipped)
         return batch
 
     def _close(self) -> None:

@@ -50,6 +50,11 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         backend: ``"torch"`` (torch's iterator) or ``"dali"``: a PackedDataset's built-in image
             pipeline run by NVIDIA DALI (GPU decode with ``device="cuda"``, CPU operators
             otherwise), in the same order, with the same batches, state and stats.
+        batch_transform: ``fn(batch, generator) -> batch`` on each delivered ``(images, labels)``
+            batch, on ``device``, after ``mean``/``std`` (GPU augmentations: mixup, cutmix, colour
+            jitter as torch ops; see :mod:`fastload.augment`); ``generator`` is a
+            ``torch.Generator`` on the batch's device seeded from ``(seed, epoch, position of the
+            batch's first sample)``: the same draws after a resume, for either backend.
     """
 
     def __init__(self, dataset: torch.utils.data.Dataset, batch_size: int | None = 1,
@@ -61,7 +66,14 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                  pin_memory_device: str = "", in_order: bool = True,
                  device: str | torch.device | None = None, mean: Sequence[float] | None = None,
                  std: Sequence[float] | None = None, seed: int = 0, distributed: bool | None = None,
-                 backend: Literal["torch", "dali"] = "torch") -> None:
+                 backend: Literal["torch", "dali"] = "torch",
+                 batch_transform: BatchTransform | None = None) -> None:
+        if batch_transform is not None and not callable(batch_transform):
+            raise TypeError(f"batch_transform={batch_transform!r}: must be a callable (batch, generator) -> batch")
+        if backend == "dali" and getattr(dataset, "sample_transform", None) is not None:
+            raise ValueError("backend='dali': DALI decodes the batch itself, so the dataset's sample_transform "
+                             "would not run; use batch_transform= (on the device), or backend='torch'")
+        self.batch_transform = batch_transform
         tail = backend_class(backend)
         self.backend = backend
         self.shuffle = shuffle

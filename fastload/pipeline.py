@@ -17,6 +17,7 @@ from fastload.decode import MAX_PIXELS, decode_crop, image_size
 from fastload.errors import CorruptRecordError
 from fastload.sampling import rewound_rng
 from fastload.transforms import CropPlan, EvalCrop, TrainCrop
+from fastload.user_transforms import SampleTransform, apply_sample_transform
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,8 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
                  keys: list[tuple[int, int, int]], widths: np.ndarray, heights: np.ndarray,
                  labels: np.ndarray, decoder: ThreadDecoder, where: Any, *,
                  max_pixels: int = MAX_PIXELS,
-                 failed: dict[int, CorruptRecordError] | None = None) -> ImageBatch:
+                 failed: dict[int, CorruptRecordError] | None = None,
+                 sample_transform: SampleTransform | None = None) -> ImageBatch:
     """Read (``read(record index)``) and decode records ``keys`` into one preallocated
     ``N×3×H×W`` uint8 batch.
 
@@ -115,10 +117,13 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
     overlap the other threads' decoding instead of all coming first, and a batch's payloads are
     never all held at once. A record that cannot be read or decoded raises CorruptRecordError
     naming it; with a ``failed`` dict, its error is put there under its position in ``keys``
-    and the batch holds the others.
+    and the batch holds the others. ``sample_transform`` runs on each decoded sample in the same
+    thread (see :mod:`fastload.user_transforms`).
     """
     out_h, out_w = pipeline.out_size
     images = new_image_batch(len(keys), out_h, out_w)
+    if sample_transform is not None:
+        labels = np.array(labels, dtype=np.int64)  # a transform may change a sample's label
 
     def one(k: int) -> None:
         index = keys[k][0]
@@ -130,6 +135,8 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
             # An HWC view of this sample's CHW slot: the decoder writes pixels straight into the batch.
             decode_crop(payload, plan, out=images[k].permute(1, 2, 0).numpy(), where=at,
                         max_pixels=max_pixels)
+            if sample_transform is not None:
+                labels[k] = apply_sample_transform(sample_transform, images[k], keys[k], int(labels[k]), at)
         except CorruptRecordError as exc:
             if failed is None:
                 raise
