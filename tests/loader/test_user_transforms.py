@@ -133,3 +133,25 @@ def test_transform_arguments_are_checked(id_packed):
     with pytest.raises(ValueError, match="backend='dali'.*sample_transform would not run"):
         fastload.DataLoader(ds, batch_size=4, backend="dali")
     assert len(ds) == ID_RECORDS
+
+
+def test_the_ready_made_augmentations_run_in_the_loader(id_packed):
+    from fastload.augment import ColorJitter, Compose, CutMix, Mixup, RandomGrayscale
+
+    path = id_packed("lmdb")
+    mean, std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+
+    def run(workers: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ds = fastload.PackedDataset(path, image_size=32, train=True,
+                                    sample_transform=Compose(ColorJitter(0.4, 0.4, 0.4, 0.1), RandomGrayscale(0.2)))
+        return epoch(fastload.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers, seed=3,
+                                         mean=mean, std=std,
+                                         batch_transform=Compose(Mixup(0.2, num_classes=ID_RECORDS),
+                                                                 CutMix(1.0, num_classes=ID_RECORDS))))
+
+    images, labels = run(0)
+    assert images.dtype == torch.float32 and labels.shape == (ID_RECORDS, ID_RECORDS)
+    assert torch.allclose(labels.sum(1), torch.ones(ID_RECORDS))
+    again = run(2)
+    assert torch.equal(images, again[0]) and torch.equal(labels, again[1])
+
