@@ -13,6 +13,7 @@ import torch.utils.data
 from fastload.collate import ImageBatch, SkipCountedList
 from fastload.config import CACHE_LIMIT, available_cpus
 from fastload.decode import MAX_PIXELS, decode_rgb, pixel_limit
+from fastload.decode_files import FileDecode, check_decode, decoder_for
 from fastload.epoch_sampler import SampleKey
 from fastload.errors import CorruptRecordError, SkippedRecordWarning
 from fastload.format import Manifest, RecordIndex
@@ -64,9 +65,12 @@ class PackedDataset(torch.utils.data.Dataset):
             uint8 3×H×W tensor, "label": int, "index": int}``, ``generator`` a ``torch.Generator``
             seeded from ``(seed, epoch, index)`` (the same draws for any number of workers, and after
             a resume). See :mod:`fastload.user_transforms`, and :mod:`fastload.augment` for ready-made ones.
+        decode: for a dataset of files that are not images: ``"bytes"`` (as packed), ``"npy"``
+            (a tensor), ``"text"`` (a str), ``"wav"`` (a channels × frames tensor) or ``"auto"``
+            (by each file's extension); see :mod:`fastload.decode_files`.
 
-    Without ``image_size``, ``ds[i]`` is ``(PIL.Image in RGB, label)`` (``(bytes, label)`` when the
-    packed files are not all images); with it, ``(uint8 tensor, label)``, and ``__getitems__``
+    Without ``image_size``, ``ds[i]`` is ``(PIL.Image in RGB, label)`` (``(bytes, label)``, or what
+    ``decode`` makes of them, when the packed files are not all images); with it, ``(uint8 tensor, label)``, and ``__getitems__``
     reads and decodes a whole batch into one preallocated tensor.
     ``ds.record(i)`` gives the stored bytes and metadata.
     Shard handles open lazily in the process that reads, so the dataset can go to DataLoader workers
@@ -83,7 +87,7 @@ class PackedDataset(torch.utils.data.Dataset):
                  storage_options: dict[str, Any] | None = None,
                  cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str = CACHE_LIMIT,
                  cache_policy: Literal["keep", "lru"] = "keep",
-                 sample_transform: SampleTransform | None = None) -> None:
+                 sample_transform: SampleTransform | None = None, decode: FileDecode = "bytes") -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error={on_error!r}: must be 'raise' or 'skip'")
         self.on_error = on_error
@@ -107,6 +111,8 @@ class PackedDataset(torch.utils.data.Dataset):
         if sample_transform is not None and not callable(sample_transform):
             raise TypeError(f"sample_transform={sample_transform!r}: must be a callable (sample, generator) -> sample")
         self.sample_transform = sample_transform
+        check_decode(decode)
+        self.decode = decode
         if decode_threads is not None and decode_threads < 1:
             raise ValueError(f"decode_threads={decode_threads}: must be at least 1")
         self.decode_threads = decode_threads
@@ -115,6 +121,9 @@ class PackedDataset(torch.utils.data.Dataset):
         if self.pipeline is not None and self.manifest.kind != "images":
             raise ValueError(f"{self.root}: holds files that are not all images; the built-in "
                              "image pipeline (image_size=) needs an image dataset")
+        if decode != "bytes" and self.manifest.kind == "images":
+            raise ValueError(f"decode={decode!r} is for datasets of other files; {self.root} holds images: "
+                             "they decode with image_size= (or transform= on a PIL image)")
 
     def _open(self) -> None:
         opened = open_packed(self.location, self.cache)
@@ -320,8 +329,12 @@ class PackedDataset(torch.utils.data.Dataset):
         return self._decoder
 
     def payload(self, i: int, data: bytes) -> Any:
-        """Record ``i`` as a sample: an RGB PIL image, or its bytes in a dataset of other files."""
-        return self.load_image(i, data) if self.manifest.kind == "images" else data
+        """Record ``i`` as a sample: an RGB PIL image, or in a dataset of other files its bytes
+        decoded as ``decode`` says (see :mod:`fastload.decode_files`)."""
+        if self.manifest.kind == "images":
+            return self.load_image(i, data)
+        decoder = decoder_for(self.decode, self.index.path[i])  # type: ignore[arg-type]
+        return data if decoder is None else decoder(data, self.reader.where(i))
 
     def load_image(self, i: int, data: bytes) -> Any:
         """Full decode to an RGB PIL image; damage raises CorruptRecordError naming the record."""
