@@ -14,7 +14,8 @@ the store for. Rows:
 * ``packed, no cache``: ``PackedDataset(url, cache_limit=0)``: each record's exact byte range,
   neighbours coalesced;
 * ``packed, cache cold`` / ``warm``: with the node cache (epoch 1 fetches aligned 4 MiB pieces and
-  keeps them; epoch 2 reads the cache);
+  keeps them; epoch 2 reads the cache); ``fill ahead``: the cold epoch with the background fill
+  that fastload.DataLoader starts as an epoch begins (what the loader's reads see);
 * ``local disk``: the same raw reads of the same packed dataset on the local disk (warm page cache);
 * ``train ...``: ``fastload.DataLoader(PackedDataset(..., image_size=224, train=True),
   batch_size=64, shuffle=True)`` (RandomResizedCrop 224 + flip) for one epoch, from the local disk
@@ -111,6 +112,8 @@ def row_raw(a: dict[str, Any]) -> dict[str, Any]:
         ds.reader.remote.store.max_in_flight = a["in_flight"]
     epochs = []
     for epoch in range(a.get("epochs", 1)):
+        if a.get("fill"):
+            ds.fill_cache()  # as fastload.DataLoader does when an epoch begins
         order = np.random.default_rng([0, epoch]).permutation(len(ds)).tolist()
         start, got = time.perf_counter(), 0
         for batch in _batches(order):
@@ -258,6 +261,8 @@ def _ratios(by: dict[str, dict[str, Any]]) -> dict[str, float]:
         "packed no cache / small objects": lambda: rate("packed, no cache") / rate("small objects"),
         "packed cold (epoch 1) / small objects":
             lambda: rate("packed, cache cold+warm", 0) / rate("small objects"),
+        "packed cold, fill ahead / small objects":
+            lambda: rate("packed, cache cold, fill ahead") / rate("small objects"),
         "packed cold (epoch 1) / store ceiling":
             lambda: rate("packed, cache cold+warm", 0) / rate("store ceiling, 4 MiB pieces"),
         "packed warm (epoch 2) / local disk": lambda: rate("packed, cache cold+warm", 1) / rate("local disk"),
@@ -345,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
             row("store ceiling, 4 MiB pieces", "pieces", url=packed_url, local=args.packed)
             row("packed, cache cold+warm", "raw", url=packed_url, epochs=2, cache_dir=cache("c1"),
                 cache_limit=4 * total)
+            row("packed, cache cold, fill ahead", "raw", url=packed_url, cache_dir=cache("c2"),
+                cache_limit=4 * total, fill=True)
             row("local disk", "raw", local=args.packed)
             row("local disk cold, fastload", "raw-cold", local=args.packed)
             row("local disk cold, pread x64", "pread", local=args.packed)
