@@ -13,9 +13,10 @@ from converters.report import PackReport, write_skipped_report
 from converters.sources import IMAGE_EXTENSIONS, Skip
 from fastload.errors import PackError
 from fastload.format import (
-    FIELD_PREFIX, PACK_STATE_DIR, SKIPPED_REPORT_NAME, Manifest, ShardInfo, StorageKind, encode_strings,
-    file_digest, write_columns, write_manifest,
+    FIELD_PREFIX, PACK_STATE_DIR, SKIPPED_REPORT_NAME, Manifest, ShardInfo, StorageKind, encode_arrays,
+    encode_strings, file_digest, write_columns, write_manifest,
 )
+from fastload.format.layout import array_type
 
 
 def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[str, Any]],
@@ -43,6 +44,9 @@ def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[s
         values = [listing.field_values[name][i] for i in items]
         if dtype == "str":
             _add_strings(columns, FIELD_PREFIX + name, values)
+        elif (kind := array_type(dtype)) is not None:
+            offsets, flat = encode_arrays(values, kind[0])
+            columns[f"{FIELD_PREFIX}{name}.offsets"], columns[f"{FIELD_PREFIX}{name}.values"] = offsets, flat
         else:
             columns[FIELD_PREFIX + name] = np.array(values, dtype=dtype)
     index = write_columns(out, columns)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from fastload.errors import SourceError, SourceNotFoundError
 from fastload.format.files import kind_of
 from fastload.format.layout import IMAGE_EXTENSIONS
@@ -342,6 +344,59 @@ def _read_rows(src: Path) -> list[tuple[int, dict[str, Any]]]:
     return [(i + 2, {k: v for k, v in row.items() if k is not None}) for i, row in enumerate(reader)]
 
 
+def _as_list(value: Any) -> list | None:
+    """A JSONL list, or a CSV cell holding one in JSON (``[[0, 0, 10, 20]]``); else None."""
+    if isinstance(value, list):
+        return value
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+        return parsed if isinstance(parsed, list) else None
+    return None
+
+
+def _array_field(src: Path, rows: list, name: str, values: list[Any],
+                 lists: list[list | None]) -> tuple[str, list[np.ndarray]]:
+    """An array field: every row a (nested) list of numbers, the same shape but for the first
+    dimension (an empty or missing value: no rows); its type string and one array per row."""
+    arrays: list[np.ndarray] = []
+    for (line, _), raw, listed in zip(rows, values, lists):
+        if listed is None and raw not in (None, ""):
+            raise SourceError(f"{src}:{line}: field {name!r} is {raw!r}, not a list like the other rows' "
+                              "(an array field needs a list, or nothing, in every row)")
+        try:
+            arrays.append(np.array(listed if listed is not None else [], dtype=object))
+        except ValueError:
+            raise SourceError(f"{src}:{line}: field {name!r} is a ragged list (rows of different lengths "
+                              "inside it); an array field's rows must all have the same shape") from None
+    for k, a in enumerate(arrays):  # numpy keeps a ragged list as an object array of lists
+        if any(isinstance(v, list) for v in a.reshape(-1)):
+            raise SourceError(f"{src}:{rows[k][0]}: field {name!r} is a ragged list (rows of different "
+                              "lengths inside it); an array field's rows must all have the same shape")
+        if any(isinstance(v, (dict, str)) or v is None for v in a.reshape(-1)):
+            raise SourceError(f"{src}:{rows[k][0]}: field {name!r} holds something other than numbers; "
+                              "array fields hold numbers or booleans")
+    flat = [v for a in arrays for v in a.reshape(-1)]
+    element = ("bool" if flat and all(isinstance(v, bool) for v in flat) else
+               "int64" if all(isinstance(v, int) and not isinstance(v, bool) for v in flat) else "float64")
+    if element == "int64":
+        huge = next((k for k, a in enumerate(arrays) for v in a.reshape(-1) if not _INT64[0] <= v <= _INT64[1]), None)
+        if huge is not None:
+            raise SourceError(f"{src}:{rows[huge][0]}: field {name!r} holds a number out of range for int64")
+    shaped = [(k, a.shape) for k, a in enumerate(arrays) if a.size]
+    inner = shaped[0][1][1:] if shaped else ()
+    for k, shape in shaped:
+        if shape[1:] != inner:
+            raise SourceError(f"{src}:{rows[k][0]}: field {name!r} has shape {list(shape)}, the first row "
+                              f"with one has {list(shaped[0][1])}: only the first dimension may vary")
+    out = [a.astype(element).reshape(len(a) if a.size else 0, *inner) for a in arrays]
+    counts = {len(a) for a in out}
+    first = str(counts.pop()) if len(counts) == 1 and shaped else "*"
+    return f"{element}[{','.join([first, *map(str, inner)])}]", out
+
+
 def _labels(src: Path, rows: list, raw: list[Any]) -> tuple[list[int], list[str] | None]:
     """Integer labels as given, or string labels numbered by sorted name (like ImageFolder)."""
     if all(v is None or v == "" for v in raw):
@@ -378,8 +433,12 @@ def _as_int(value: Any) -> int | None:
 
 
 def _field(src: Path, rows: list, name: str) -> tuple[str, list[Any]]:
-    """An extra column's dtype (int64, float64 or str) and its values, one per row."""
+    """An extra column's dtype (int64, float64, str, or an array type such as ``float64[*,4]``)
+    and its values, one per row."""
     values = [row.get(name) for _, row in rows]
+    lists = [_as_list(v) for v in values]
+    if any(v is not None for v in lists):
+        return _array_field(src, rows, name, values, lists)
     ints = [_as_int(v) for v in values]
     if all(v is not None for v in ints):
         huge = [i for i, v in enumerate(ints) if not _INT64[0] <= v <= _INT64[1]]

@@ -1,6 +1,8 @@
 """The on-disk contract shared by the converters (write side) and the readers (read side)."""
 
-from fastload.format.index import RecordIndex, StringColumn, encode_strings, load_column, load_strings, write_columns
+from fastload.format.index import (
+    ArrayColumn, RecordIndex, StringColumn, encode_arrays, encode_strings, load_column, load_strings, write_columns,
+)
 from fastload.format.layout import (
     COLUMNS, FIELD_PREFIX, FORMAT_VERSION, HDF5_DATA, HDF5_OFFSETS, INDEX_DIR, MANIFEST_NAME,
     NO_LABEL, PACK_LOCK_NAME, PACK_STATE_DIR, SKIPPED_REPORT_NAME, STORAGE_KINDS, StorageKind,
@@ -14,8 +16,8 @@ from fastload.format.manifest import (
 __all__ = [
     "COLUMNS", "FIELD_PREFIX", "FORMAT_VERSION", "HDF5_DATA", "HDF5_OFFSETS", "INDEX_DIR",
     "MANIFEST_NAME", "NO_LABEL", "PACK_LOCK_NAME", "PACK_STATE_DIR", "SKIPPED_REPORT_NAME",
-    "STORAGE_KINDS", "IndexFile", "RecordIndex", "Manifest", "ShardInfo", "StorageKind", "StringColumn",
-    "encode_strings", "file_digest", "fsync_dir", "lmdb_key", "load_column", "load_strings",
+    "STORAGE_KINDS", "ArrayColumn", "IndexFile", "RecordIndex", "Manifest", "ShardInfo", "StorageKind", "StringColumn",
+    "encode_arrays", "encode_strings", "file_digest", "fsync_dir", "lmdb_key", "load_column", "load_strings",
     "parse_manifest", "read_manifest", "record_checksum", "shard_name", "write_atomically",
     "write_columns", "write_manifest",
 ]

@@ -10,7 +10,7 @@ import numpy as np
 
 from fastload.errors import ManifestError
 from fastload.format.files import ensure_dir, read_regular
-from fastload.format.layout import COLUMNS, FIELD_PREFIX, INDEX_DIR, file_digest
+from fastload.format.layout import COLUMNS, FIELD_PREFIX, INDEX_DIR, array_type, file_digest
 from fastload.format.manifest import IndexFile, Manifest, write_atomically
 
 
@@ -30,6 +30,31 @@ class StringColumn:
     def __getitem__(self, i: int) -> str:
         start, end = int(self.offsets[i]), int(self.offsets[i + 1])
         return self.blob[start:end].tobytes().decode("utf-8")
+
+
+class ArrayColumn:
+    """Read-only arrays, one per record: N+1 offsets into the rows of ``values`` (flattened; each
+    row shaped ``inner``). ``column[i]`` is a view of record ``i``'s array, ``(rows, *inner)``."""
+
+    def __init__(self, offsets: np.ndarray, values: np.ndarray, inner: tuple[int, ...]) -> None:
+        self.offsets, self.values, self.inner = offsets, values, inner
+        self._row = int(np.prod(inner, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        start, end = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.values[start * self._row:end * self._row].reshape(end - start, *self.inner)
+
+
+def encode_arrays(arrays: Sequence[np.ndarray], element: str) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets (int64, N+1, in rows of the first dimension) and the flattened values of ``arrays``."""
+    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+    np.cumsum([len(a) for a in arrays], out=offsets[1:])
+    flat = [np.asarray(a, dtype=element).reshape(-1) for a in arrays]
+    values = np.concatenate(flat) if flat else np.zeros(0, dtype=element)
+    return offsets, values.astype(element, copy=False)
 
 
 def encode_strings(values: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -121,6 +146,30 @@ def load_strings(dataset_dir: Path | str, manifest: Manifest, name: str,
     return StringColumn(offsets, blob)
 
 
+def load_arrays(dataset_dir: Path | str, manifest: Manifest, name: str, dtype: str,
+                read: ReadFile | None = None) -> ArrayColumn:
+    """Load an array field's column (``dtype`` like ``float64[*,4]``) and check its offsets: from
+    0, never decreasing, ending at the values' rows, every record the same rows when the type
+    fixes them."""
+    kind = array_type(dtype)
+    assert kind is not None, dtype
+    _, first, inner = kind
+    offsets = load_column(dataset_dir, f"{name}.offsets", manifest.index[f"{name}.offsets"],
+                          manifest.num_records + 1, read=read)
+    counts = np.diff(offsets)
+    problem = (counts < 0) if first is None else (counts != first)
+    if offsets[0] != 0 or problem.any():
+        bad = 0 if offsets[0] != 0 else int(np.flatnonzero(problem)[0])
+        raise ManifestError(
+            f"{dataset_dir}/{manifest.index[f'{name}.offsets'].file}: record {bad} has "
+            f"{int(counts[bad]) if len(counts) else 0} rows, which a {dtype} field cannot hold; "
+            "re-pack the dataset")
+    row = int(np.prod(inner, dtype=np.int64))
+    values = load_column(dataset_dir, f"{name}.values", manifest.index[f"{name}.values"], int(offsets[-1]) * row,
+                         read=read)
+    return ArrayColumn(offsets, values, inner)
+
+
 class RecordIndex:
     """Every per-record column of a dataset, checked against the manifest and against each other."""
 
@@ -143,10 +192,11 @@ class RecordIndex:
         self.width: np.ndarray = cols["width"]
         self.height: np.ndarray = cols["height"]
         self.path = load_strings(root, manifest, "path", read)
-        self.fields: dict[str, np.ndarray | StringColumn] = {}
+        self.fields: dict[str, np.ndarray | StringColumn | ArrayColumn] = {}
         for name, dtype in manifest.fields.items():
             column = FIELD_PREFIX + name
             self.fields[name] = (load_strings(root, manifest, column, read) if dtype == "str" else
+                                 load_arrays(root, manifest, column, dtype, read) if array_type(dtype) else
                                  load_column(root, column, manifest.index[column], n, read=read))
         self._check_consistent()
 

@@ -44,6 +44,36 @@ COLUMNS: dict[str, str] = {
 }
 FIELD_PREFIX = "field."  # extra per-record fields from a CSV/JSONL list: ``field.<name>``
 FIELD_DTYPES = ("int64", "float64", "str")
+# Array fields (boxes, multi-labels, embeddings): ``<element>[<first>,<rest>...]``, the first
+# dimension ``*`` when it varies by record ("float64[*,4]": N boxes of 4). Stored as
+# ``field.<name>.offsets`` (int64, N+1: rows of the first dimension) and ``field.<name>.values``
+# (the element dtype, flattened), never as objects.
+ARRAY_ELEMENTS = ("int64", "float64", "bool")
+_ARRAY_TYPE = re.compile(r"^(int64|float64|bool)\[(\*|\d+)((?:,\d+)*)\]$")
+
+
+def array_type(dtype: str) -> tuple[str, int | None, tuple[int, ...]] | None:
+    """``(element, first dimension or None when it varies, other dimensions)`` of an array
+    field's type string, or None for a scalar type or anything else."""
+    found = _ARRAY_TYPE.match(dtype)
+    if found is None:
+        return None
+    element, first, rest = found.groups()
+    return element, None if first == "*" else int(first), tuple(int(d) for d in rest.split(",")[1:])
+
+
+def is_field_dtype(dtype: object) -> bool:
+    return isinstance(dtype, str) and (dtype in FIELD_DTYPES or array_type(dtype) is not None)
+
+
+def field_columns(name: str, dtype: str) -> list[str]:
+    """The index columns a field is stored in."""
+    column = FIELD_PREFIX + name
+    if dtype == "str":
+        return [f"{column}.offsets", f"{column}.blob"]
+    if array_type(dtype) is not None:
+        return [f"{column}.offsets", f"{column}.values"]
+    return [column]
 
 NO_LABEL = -1
 

@@ -11,8 +11,8 @@ from typing import Any
 from fastload.errors import DatasetNotFoundError, ManifestError
 from fastload.format.files import read_regular, write_new
 from fastload.format.layout import (
-    COLUMNS, FIELD_DTYPES, FIELD_PREFIX, FORMAT_NAME, FORMAT_VERSION, INDEX_DIR, MANIFEST_NAME,
-    SHARD_NAME, SHARD_SUFFIX, STORAGE_KINDS, StorageKind,
+    COLUMNS, FIELD_DTYPES, FORMAT_NAME, FORMAT_VERSION, INDEX_DIR, MANIFEST_NAME, SHARD_NAME,
+    SHARD_SUFFIX, STORAGE_KINDS, StorageKind, field_columns, is_field_dtype,
 )
 
 
@@ -150,8 +150,9 @@ def parse_manifest(text: str, where: str) -> Manifest:
 
     fields_raw = raw.get("fields", {})
     _require(isinstance(fields_raw, dict) and all(
-        isinstance(k, str) and k and v in FIELD_DTYPES for k, v in fields_raw.items()),
-        where, f"fields must map names to one of {FIELD_DTYPES}")
+        isinstance(k, str) and k and is_field_dtype(v) for k, v in fields_raw.items()),
+        where, f"fields must map names to one of {FIELD_DTYPES} or an array type such as "
+               "'float64[*,4]' (a newer fastload may have written it: upgrade fastload)")
 
     index_raw = raw.get("index")
     _require(isinstance(index_raw, dict), where, "index must be an object")
@@ -164,10 +165,11 @@ def parse_manifest(text: str, where: str) -> Manifest:
                  f"file {name!r} must be an .npy file under {INDEX_DIR}/")
         index[column] = IndexFile(file=name, dtype=_str(entry.get("dtype"), at, "dtype"),
                                   digest=_str(entry.get("digest"), at, "digest"))
-    for column, dtype in {**COLUMNS, **{FIELD_PREFIX + k: v for k, v in fields_raw.items()}}.items():
-        needed = [f"{column}.offsets", f"{column}.blob"] if dtype == "str" else [column]
-        for name in needed:
-            _require(name in index, where, f"index column {name!r} is missing")
+    needed = [name for column, dtype in COLUMNS.items()
+              for name in ([f"{column}.offsets", f"{column}.blob"] if dtype == "str" else [column])]
+    needed += [name for field, dtype in fields_raw.items() for name in field_columns(field, dtype)]
+    for name in needed:
+        _require(name in index, where, f"index column {name!r} is missing")
     packed = raw.get("packed", {})
     _require(isinstance(packed, dict), where, "packed must be an object")
     return Manifest(storage=storage, num_records=num_records, total_bytes=total_bytes, kind=kind,

@@ -254,7 +254,7 @@ def test_file_list_paths_are_relative_to_the_list_or_absolute(tmp_path):
     ("bad.csv", "path,label\nimg/a.jpg,cat\nimg/b.jpg,\n", r":3: missing label"),
     ("bad.jsonl", '{"path": "img/a.jpg"}\nnot json\n', r"bad.jsonl:2: not valid JSON"),
     ("bad.jsonl", '["img/a.jpg"]\n', r"bad.jsonl:1: each line must be a JSON object"),
-    ("bad.jsonl", '{"path": "img/a.jpg", "extra": [1, 2]}\n', r"field 'extra' holds list"),
+    ("bad.jsonl", '{"path": "img/a.jpg", "extra": {"a": 1}}\n', r"field 'extra' holds dict"),  # lists: arrays
     ("bad.jsonl", '{"label": 1}\n', r"bad.jsonl:1: missing 'path'"),
 ])
 def test_bad_file_lists_are_refused_with_the_line(tmp_path, name, body, message):
