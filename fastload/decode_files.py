@@ -33,16 +33,17 @@ TEXT_EXTENSIONS = (".txt", ".json", ".csv", ".jsonl", ".md")
 
 def decode_npy(data: bytes, where: str) -> torch.Tensor:
     """A ``.npy`` file's array as a tensor (its dtype and shape)."""
+    if data[:4] == b"PK\x03\x04":
+        raise CorruptRecordError(f"{where}: is an .npz archive, not a .npy array; pack its arrays as .npy files")
     try:
-        array = np.load(io.BytesIO(data), allow_pickle=False)
+        # read_array, not np.load: np.load would also open a zip or a pickle behind the bytes
+        array = np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
     except ValueError as exc:
         why = ("holds Python objects (refused: fastload never unpickles)" if "pickle" in str(exc)
                else f"is not a readable .npy file ({exc})")
         raise CorruptRecordError(f"{where}: {why}") from None
     except (OSError, EOFError) as exc:
         raise CorruptRecordError(f"{where}: is not a readable .npy file ({exc or 'cut short'})") from None
-    if not isinstance(array, np.ndarray):
-        raise CorruptRecordError(f"{where}: is an .npz archive, not a .npy array; pack its arrays as .npy files")
     try:
         return torch.from_numpy(np.ascontiguousarray(array))
     except TypeError as exc:  # a dtype torch has no tensor for (strings, unsigned 32-bit, ...)
