@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import default_collate
 
@@ -21,6 +22,7 @@ class ImageBatch(list):
     """
 
     skipped: int | None = None
+    fields: dict[str, Any] | None = None  # the batch as a dict of fields (PackedDataset(fields=...))
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
         super().__init__(zip(images, labels.tolist()))
@@ -42,15 +44,42 @@ def new_image_batch(count: int, height: int, width: int) -> torch.Tensor:
     return elem.new(storage).resize_(shape)
 
 
+def collate_field(dtype: str, values: list[Any], pad: float | None = None) -> Any:
+    """One field of a batch, by its type (see fastload.format.layout): numbers as a tensor, text as
+    a list of str, arrays stacked when they share a shape, else a list of tensors, or with ``pad``
+    a ``(padded tensor, lengths)`` pair (``N×max×…``, filled with ``pad``)."""
+    from fastload.format.layout import array_type
+
+    if dtype == "str":
+        return list(values)
+    kind = array_type(dtype)
+    if kind is None:
+        return torch.tensor(values, dtype=torch.float64 if dtype == "float64" else torch.int64)
+    arrays = [torch.from_numpy(np.array(v)) for v in values]  # copies: the index columns stay read-only
+    if pad is None:
+        same = len({tuple(a.shape) for a in arrays}) <= 1
+        return torch.stack(arrays) if same and arrays else arrays
+    lengths = torch.tensor([len(a) for a in arrays], dtype=torch.int64)
+    longest = int(lengths.max()) if len(arrays) else 0
+    element = arrays[0].dtype if arrays else torch.float64
+    padded = torch.full((len(arrays), longest, *kind[2]), pad, dtype=element)
+    for k, a in enumerate(arrays):
+        padded[k, :len(a)] = a
+    return padded, lengths
+
+
 def collate_images(batch: Any) -> Any:
-    """``(images uint8 N×3×H×W, labels int64 N)`` from an ImageBatch; anything else as torch would.
+    """``(images uint8 N×3×H×W, labels int64 N)`` from an ImageBatch (with ``fields``: a dict of
+    the fields asked, the images under ``"image"``); anything else as torch would.
 
     A batch from a dataset with ``on_error="skip"`` comes out as a :class:`SkipCounted` tuple or
     list that also carries how many records were dropped from it (see :func:`keep_skips`).
     """
     skipped = skipped_in(batch)
-    if isinstance(batch, ImageBatch):
-        out: Any = (batch.images, batch.labels)
+    if isinstance(batch, ImageBatch) and batch.fields is not None:
+        out: Any = batch.fields
+    elif isinstance(batch, ImageBatch):
+        out = (batch.images, batch.labels)
     elif skipped is not None and len(batch) == 0:
         out = []  # every record of this batch was skipped: nothing to collate
     else:

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 import torch.utils.data
 
-from fastload.collate import ImageBatch, SkipCountedList
+from fastload.collate import ImageBatch, SkipCountedList, collate_field
 from fastload.config import CACHE_LIMIT, available_cpus
 from fastload.decode import MAX_PIXELS, decode_rgb, pixel_limit
 from fastload.decode_files import FileDecode, check_decode, decoder_for
 from fastload.epoch_sampler import SampleKey
 from fastload.errors import CorruptRecordError, SkippedRecordWarning
 from fastload.format import Manifest, RecordIndex
+from fastload.format.layout import array_type
 from fastload.pipeline import ImagePipeline, ThreadDecoder, decode_batch
 from fastload.readers import ShardReader
 from fastload.storage import node_cache
@@ -87,7 +88,8 @@ class PackedDataset(torch.utils.data.Dataset):
                  storage_options: dict[str, Any] | None = None,
                  cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str = CACHE_LIMIT,
                  cache_policy: Literal["keep", "lru"] = "keep",
-                 sample_transform: SampleTransform | None = None, decode: FileDecode = "bytes") -> None:
+                 sample_transform: SampleTransform | None = None, decode: FileDecode = "bytes",
+                 fields: Sequence[str] | None = None, pad_fields: Mapping[str, float] | None = None) -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error={on_error!r}: must be 'raise' or 'skip'")
         self.on_error = on_error
@@ -121,9 +123,85 @@ class PackedDataset(torch.utils.data.Dataset):
         if self.pipeline is not None and self.manifest.kind != "images":
             raise ValueError(f"{self.root}: holds files that are not all images; the built-in "
                              "image pipeline (image_size=) needs an image dataset")
+        self.fields, self.pad_fields = self._check_fields(fields, pad_fields)
         if decode != "bytes" and self.manifest.kind == "images":
             raise ValueError(f"decode={decode!r} is for datasets of other files; {self.root} holds images: "
                              "they decode with image_size= (or transform= on a PIL image)")
+
+    def _check_fields(self, fields: Sequence[str] | None,
+                      pad: Mapping[str, float] | None) -> tuple[tuple[str, ...] | None, dict[str, float]]:
+        """The fields asked for (None: the ``(image, label)`` samples of old) and the padded ones."""
+        if fields is None:
+            if pad:
+                raise ValueError("pad_fields= pads fields of dict samples: pass fields= too")
+            return None, {}
+        if self.target_transform is not None:
+            raise ValueError("fields= gives dict samples; target_transform= is for (image, label) samples: "
+                             "change the 'label' entry in a sample_transform or batch_transform instead")
+        if isinstance(fields, str):
+            raise TypeError(f"fields={fields!r}: pass a sequence of names, e.g. fields=({fields!r},)")
+        known = {"image": "image", "label": "int64", **self.manifest.fields}
+        unknown = [name for name in fields if name not in known]
+        if unknown or not fields:
+            raise ValueError(f"fields={tuple(fields)!r}: {self.root} has no field {unknown[0]!r}; it has "
+                             f"{', '.join(known)}" if unknown else "fields=(): ask for at least one field")
+        for name in pad or {}:
+            kind = array_type(known.get(name, ""))
+            if name not in fields or kind is None or kind[1] is not None:
+                raise ValueError(f"pad_fields: {name!r} is not one of the variable-length array fields asked "
+                                 f"for ({', '.join(n for n in fields if (k := array_type(known[n])) and k[1] is None) or 'none'})")
+        return tuple(fields), dict(pad or {})
+
+    def field_value(self, name: str, i: int) -> Any:
+        """Record ``i``'s stored value of field ``name`` (arrays as read-only views of the index)."""
+        if name == "label":
+            return int(self.index.label[i])
+        value = self.index.fields[name][i]
+        return value.item() if isinstance(value, np.generic) else value
+
+    def _as_fields(self, i: int, image: Any, label: Any) -> dict[str, Any]:
+        """One sample as the dict of the fields asked for."""
+        assert self.fields is not None
+        out = {name: image if name == "image" else label if name == "label" else self.field_value(name, i)
+               for name in self.fields}
+        # arrays as tensors, as in batches (a copy: the index's views are read-only)
+        return {k: torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v for k, v in out.items()}
+
+    def collate(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        """Dict samples (``fields=``) into one batch: numbers as tensors, text as lists of str, arrays
+        stacked when they share a shape, else lists, or padded with ``<name>_lengths``
+        (``pad_fields``); images stacked when they are tensors of one shape."""
+        assert self.fields is not None
+        out: dict[str, Any] = {}
+        for name in self.fields:
+            values = [s[name] for s in samples]
+            if name == "image":
+                tensors = all(isinstance(v, torch.Tensor) for v in values)
+                out[name] = torch.stack(values) if tensors and len({v.shape for v in values}) == 1 else values
+            else:
+                self._collate_into(out, name, values)
+        return out
+
+    def _collate_into(self, out: dict[str, Any], name: str, values: list[Any]) -> None:
+        dtype = "int64" if name == "label" else self.manifest.fields[name]
+        collated = collate_field(dtype, values, self.pad_fields.get(name))
+        if name in self.pad_fields:
+            out[name], out[f"{name}_lengths"] = collated
+        else:
+            out[name] = collated
+
+    def _batch_fields(self, batch: ImageBatch, indices: list[int]) -> None:
+        """Give a decoded batch its dict of fields (its images and labels as they are)."""
+        assert self.fields is not None
+        out: dict[str, Any] = {}
+        for name in self.fields:
+            if name == "image":
+                out[name] = batch.images
+            elif name == "label":
+                out[name] = batch.labels
+            else:
+                self._collate_into(out, name, [self.field_value(name, i) for i in indices])
+        batch.fields = out
 
     def _open(self) -> None:
         opened = open_packed(self.location, self.cache)
@@ -203,10 +281,10 @@ class PackedDataset(torch.utils.data.Dataset):
     def __getitem__(self, key: int | SampleKey) -> tuple[Any, Any]:
         """One sample; a damaged record raises CorruptRecordError whatever ``on_error`` says."""
         parsed = self._key(key)
+        i = parsed[0]
         if self.pipeline is not None:
             image, label = self._read_batch([parsed], None)[0]  # target_transform applied once
-            return image, label
-        i = parsed[0]
+            return self._as_fields(i, image, label) if self.fields else (image, label)
         return self._finish(i, self.payload(i, self.reader.read(i)))
 
     def __getitems__(self, keys: list[int | SampleKey]) -> list[Any]:
@@ -270,6 +348,9 @@ class PackedDataset(torch.utils.data.Dataset):
         if failed is not None and undecoded:
             failed.update((indices[k], exc) for k, exc in undecoded.items())
             indices = [i for k, i in enumerate(indices) if k not in undecoded]
+        if self.fields:
+            self._batch_fields(batch, indices)
+            return batch
         if self.target_transform is not None:
             return [(image, self._target(i, label)) for i, (image, label) in zip(indices, batch)]
         return batch
@@ -300,14 +381,15 @@ class PackedDataset(torch.utils.data.Dataset):
                               f"{self.manifest.shards[shard].file} are skipped without a warning and "
                               "counted in loader.stats()['skipped']]", SkippedRecordWarning, stacklevel=2)
 
-    def _finish(self, i: int, image: Any) -> tuple[Any, Any]:
+    def _finish(self, i: int, image: Any) -> Any:
         if self.transform is not None:
             try:
                 image = self.transform(image)
             except Exception as exc:
                 exc.add_note(f"fastload: raised by transform on {self.reader.where(i)}")
                 raise
-        return image, self._target(i, int(self.index.label[i]))
+        label = self._target(i, int(self.index.label[i]))
+        return self._as_fields(i, image, label) if self.fields else (image, label)
 
     def _target(self, i: int, label: int) -> Any:
         if self.target_transform is None:

@@ -99,6 +99,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         batching = batch_size is not None or batch_sampler is not None
         if collate_fn is None and batching and uses_builtin_pipeline(dataset):
             collate_fn = collate_images  # unbatched, torch converts each sample: keep its default
+        elif collate_fn is None and batching and getattr(dataset, "fields", None) and callable(
+                getattr(dataset, "collate", None)):
+            collate_fn = dataset.collate  # a PackedDataset's dict samples, collated by their fields' types
         if batching and getattr(dataset, "on_error", None) == "skip":
             collate_fn = keep_skips(collate_fn)  # each batch carries its skip count to stats()
         self._stats = LoaderStats()

@@ -50,7 +50,10 @@ class Normalizer:
         self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __call__(self, batch: Any) -> Any:
-        """Normalise the batch's first element when it is a uint8 image tensor; the rest unchanged."""
+        """Normalise the batch's first element when it is a uint8 image tensor (a dict batch: its
+        ``"image"``); the rest unchanged."""
+        if isinstance(batch, dict) and isinstance(batch.get("image"), torch.Tensor):
+            return {**batch, "image": self((batch["image"],))[0]}  # (a skip count was read before)
         if not (isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], torch.Tensor)
                 and batch[0].dtype == torch.uint8 and batch[0].dim() == 4):
             return batch
