@@ -23,6 +23,7 @@ class ImageBatch(list):
 
     skipped: int | None = None
     fields: dict[str, Any] | None = None  # the batch as a dict of fields (PackedDataset(fields=...))
+    samples: list[dict[str, Any]] | None = None  # each sample's fields before collation
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
         super().__init__(zip(images, labels.tolist()))

@@ -18,6 +18,7 @@ from fastload.epoch_sampler import SampleKey
 from fastload.errors import CorruptRecordError, SkippedRecordWarning
 from fastload.format import Manifest, RecordIndex
 from fastload.format.layout import array_type
+from fastload.transforms import boxes_through_crop
 from fastload.pipeline import ImagePipeline, ThreadDecoder, decode_batch
 from fastload.readers import ShardReader
 from fastload.storage import node_cache
@@ -66,6 +67,14 @@ class PackedDataset(torch.utils.data.Dataset):
             uint8 3×H×W tensor, "label": int, "index": int}``, ``generator`` a ``torch.Generator``
             seeded from ``(seed, epoch, index)`` (the same draws for any number of workers, and after
             a resume). See :mod:`fastload.user_transforms`, and :mod:`fastload.augment` for ready-made ones.
+        fields: return each sample as a dict of these fields (``"image"``, ``"label"`` and any the
+            pack stored, see ``fastload info``), and batches as dicts collated by each field's type
+            (numbers as tensors, text as lists, arrays stacked or listed).
+        pad_fields: ``{name: value}``: variable-length array fields to pad into one
+            ``N×max×…`` tensor (plus ``<name>_lengths``) instead of a list.
+        boxes: with ``image_size``, the field of boxes (``x0, y0, x1, y1`` in the image's pixels)
+            that follows the crop and flip into output pixels; boxes left without area are dropped,
+            with their rows of ``box_fields`` (their labels, say).
         decode: for a dataset of files that are not images: ``"bytes"`` (as packed), ``"npy"``
             (a tensor), ``"text"`` (a str), ``"wav"`` (a channels × frames tensor) or ``"auto"``
             (by each file's extension); see :mod:`fastload.decode_files`.
@@ -89,7 +98,8 @@ class PackedDataset(torch.utils.data.Dataset):
                  cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str = CACHE_LIMIT,
                  cache_policy: Literal["keep", "lru"] = "keep",
                  sample_transform: SampleTransform | None = None, decode: FileDecode = "bytes",
-                 fields: Sequence[str] | None = None, pad_fields: Mapping[str, float] | None = None) -> None:
+                 fields: Sequence[str] | None = None, pad_fields: Mapping[str, float] | None = None,
+                 boxes: str | None = None, box_fields: Sequence[str] = ()) -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error={on_error!r}: must be 'raise' or 'skip'")
         self.on_error = on_error
@@ -124,6 +134,7 @@ class PackedDataset(torch.utils.data.Dataset):
             raise ValueError(f"{self.root}: holds files that are not all images; the built-in "
                              "image pipeline (image_size=) needs an image dataset")
         self.fields, self.pad_fields = self._check_fields(fields, pad_fields)
+        self.boxes, self.box_fields = self._check_boxes(boxes, tuple(box_fields))
         if decode != "bytes" and self.manifest.kind == "images":
             raise ValueError(f"decode={decode!r} is for datasets of other files; {self.root} holds images: "
                              "they decode with image_size= (or transform= on a PIL image)")
@@ -152,6 +163,44 @@ class PackedDataset(torch.utils.data.Dataset):
                                  f"for ({', '.join(n for n in fields if (k := array_type(known[n])) and k[1] is None) or 'none'})")
         return tuple(fields), dict(pad or {})
 
+    def _check_boxes(self, boxes: str | None, aligned: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+        """The box field that follows the crop, and the fields with one row per box."""
+        if boxes is None:
+            if aligned:
+                raise ValueError("box_fields= are filtered with the boxes: pass boxes= too")
+            return None, ()
+        kind = array_type(self.manifest.fields.get(boxes, ""))
+        if kind is None or kind[0] == "bool" or kind[2] != (4,):
+            raise ValueError(f"boxes={boxes!r}: not a field of boxes in {self.root} (one needs type "
+                             f"<number>[*,4]: x0, y0, x1, y1 in the image's pixels; its fields: "
+                             f"{self.manifest.fields or 'none'})")
+        if self.pipeline is None or not self.fields or boxes not in self.fields:
+            raise ValueError(f"boxes={boxes!r} moves the boxes with the built-in crop: pass image_size= and "
+                             f"fields= naming {boxes!r}")
+        for name in aligned:
+            kind = array_type(self.manifest.fields.get(name, ""))
+            if name not in self.fields or kind is None:
+                raise ValueError(f"box_fields: {name!r} must be an array field asked for in fields=, with "
+                                 "one row per box (the labels of the boxes, say)")
+        return boxes, aligned
+
+    def _field_values(self, i: int, plan: Any) -> dict[str, Any]:
+        """Record ``i``'s stored fields other than image and label; with ``boxes``, the boxes moved
+        by the crop ``plan`` (clipped, mirrored; those left without area dropped with their rows of
+        ``box_fields``)."""
+        assert self.fields is not None
+        values = {name: self.field_value(name, i) for name in self.fields if name not in ("image", "label")}
+        if self.boxes is not None and plan is not None:
+            moved, keep = boxes_through_crop(values[self.boxes], plan)
+            for name in self.box_fields:
+                if len(values[name]) != len(keep):
+                    raise CorruptRecordError(f"{self.reader.where(i)}: {len(keep)} boxes but {len(values[name])} "
+                                             f"rows of {name!r}; box_fields need one row per box")
+            values[self.boxes] = moved
+            for name in self.box_fields:
+                values[name] = np.asarray(values[name])[keep]
+        return values
+
     def field_value(self, name: str, i: int) -> Any:
         """Record ``i``'s stored value of field ``name`` (arrays as read-only views of the index)."""
         if name == "label":
@@ -159,10 +208,12 @@ class PackedDataset(torch.utils.data.Dataset):
         value = self.index.fields[name][i]
         return value.item() if isinstance(value, np.generic) else value
 
-    def _as_fields(self, i: int, image: Any, label: Any) -> dict[str, Any]:
-        """One sample as the dict of the fields asked for."""
+    def _as_fields(self, i: int, image: Any, label: Any, values: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One sample as the dict of the fields asked for (``values``: its other fields, when the
+        batch already has them, boxes moved)."""
         assert self.fields is not None
-        out = {name: image if name == "image" else label if name == "label" else self.field_value(name, i)
+        values = self._field_values(i, None) if values is None else values
+        out = {name: image if name == "image" else label if name == "label" else values[name]
                for name in self.fields}
         # arrays as tensors, as in batches (a copy: the index's views are read-only)
         return {k: torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v for k, v in out.items()}
@@ -190,9 +241,10 @@ class PackedDataset(torch.utils.data.Dataset):
         else:
             out[name] = collated
 
-    def _batch_fields(self, batch: ImageBatch, indices: list[int]) -> None:
+    def _batch_fields(self, batch: ImageBatch, indices: list[int], plans: list[Any]) -> None:
         """Give a decoded batch its dict of fields (its images and labels as they are)."""
         assert self.fields is not None
+        samples = [self._field_values(i, plan) for i, plan in zip(indices, plans)]
         out: dict[str, Any] = {}
         for name in self.fields:
             if name == "image":
@@ -200,8 +252,8 @@ class PackedDataset(torch.utils.data.Dataset):
             elif name == "label":
                 out[name] = batch.labels
             else:
-                self._collate_into(out, name, [self.field_value(name, i) for i in indices])
-        batch.fields = out
+                self._collate_into(out, name, [s[name] for s in samples])
+        batch.fields, batch.samples = out, samples
 
     def _open(self) -> None:
         opened = open_packed(self.location, self.cache)
@@ -283,8 +335,11 @@ class PackedDataset(torch.utils.data.Dataset):
         parsed = self._key(key)
         i = parsed[0]
         if self.pipeline is not None:
-            image, label = self._read_batch([parsed], None)[0]  # target_transform applied once
-            return self._as_fields(i, image, label) if self.fields else (image, label)
+            batch = self._read_batch([parsed], None)
+            image, label = batch[0]  # target_transform applied once
+            if self.fields:
+                return self._as_fields(i, image, label, batch.samples[0])  # type: ignore[attr-defined]
+            return image, label
         return self._finish(i, self.payload(i, self.reader.read(i)))
 
     def __getitems__(self, keys: list[int | SampleKey]) -> list[Any]:
@@ -341,15 +396,17 @@ class PackedDataset(torch.utils.data.Dataset):
             self.reader.will_read(indices)  # the whole batch's reads in flight, not one per thread
         undecoded: dict[int, CorruptRecordError] | None = None if failed is None else {}
         read = self.reader.prefetched(indices)  # a remote batch is fetched here, all at once
+        plans: list[Any] = [None] * len(parsed)
         batch = decode_batch(pipeline, read, parsed, self.index.width[indices],
                              self.index.height[indices], self.index.label[indices],
                              self.decoder, self.reader.where, max_pixels=self.max_pixels,
-                             failed=undecoded, sample_transform=self.sample_transform)
+                             failed=undecoded, sample_transform=self.sample_transform, plans=plans)
         if failed is not None and undecoded:
             failed.update((indices[k], exc) for k, exc in undecoded.items())
             indices = [i for k, i in enumerate(indices) if k not in undecoded]
+            plans = [p for k, p in enumerate(plans) if k not in undecoded]
         if self.fields:
-            self._batch_fields(batch, indices)
+            self._batch_fields(batch, indices, plans)
             return batch
         if self.target_transform is not None:
             return [(image, self._target(i, label)) for i, (image, label) in zip(indices, batch)]

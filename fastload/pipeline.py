@@ -109,7 +109,8 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
                  labels: np.ndarray, decoder: ThreadDecoder, where: Any, *,
                  max_pixels: int = MAX_PIXELS,
                  failed: dict[int, CorruptRecordError] | None = None,
-                 sample_transform: SampleTransform | None = None) -> ImageBatch:
+                 sample_transform: SampleTransform | None = None,
+                 plans: list[CropPlan | None] | None = None) -> ImageBatch:
     """Read (``read(record index)``) and decode records ``keys`` into one preallocated
     ``N×3×H×W`` uint8 batch.
 
@@ -118,7 +119,8 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
     never all held at once. A record that cannot be read or decoded raises CorruptRecordError
     naming it; with a ``failed`` dict, its error is put there under its position in ``keys``
     and the batch holds the others. ``sample_transform`` runs on each decoded sample in the same
-    thread (see :mod:`fastload.user_transforms`).
+    thread (see :mod:`fastload.user_transforms`). ``plans``: a list of ``len(keys)`` to hold
+    each sample's crop plan (for fields that follow the image: boxes).
     """
     out_h, out_w = pipeline.out_size
     images = new_image_batch(len(keys), out_h, out_w)
@@ -132,6 +134,8 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
             at = where(index)
             plan, _, _ = pipeline.plan_record(payload, keys[k], int(widths[k]), int(heights[k]),
                                               where=at, max_pixels=max_pixels)
+            if plans is not None:
+                plans[k] = plan
             # An HWC view of this sample's CHW slot: the decoder writes pixels straight into the batch.
             decode_crop(payload, plan, out=images[k].permute(1, 2, 0).numpy(), where=at,
                         max_pixels=max_pixels)

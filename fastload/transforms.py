@@ -186,3 +186,19 @@ class EvalCrop:
         """The plan for one image of ``width`` × ``height``; ``rng`` is unused (no randomness)."""
         box = center_crop_box(width, height, self.image_size, resize_ratio=self.resize_ratio)
         return CropPlan(box=box, out_size=_out_size(self.image_size), flip=False)
+
+
+def boxes_through_crop(boxes: np.ndarray, plan: CropPlan) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes ``(x0, y0, x1, y1)`` in the source image's pixels moved by ``plan`` as its pixels
+    are: into the output's pixels, clipped to it, mirrored with a flip. Returns the boxes that keep
+    an area (same dtype) and the mask of which input boxes they are (to drop their labels too)."""
+    left, top, width, height = plan.box
+    out_h, out_w = plan.out_size
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    x0, x1 = ((b[:, [0, 2]] - left) * (out_w / width)).clip(0, out_w).T
+    y0, y1 = ((b[:, [1, 3]] - top) * (out_h / height)).clip(0, out_h).T
+    keep = (x1 > x0) & (y1 > y0)
+    if plan.flip:
+        x0, x1 = out_w - x1, out_w - x0
+    moved = np.stack([x0, y0, x1, y1], axis=1)[keep]
+    return moved.astype(np.asarray(boxes).dtype if np.asarray(boxes).dtype.kind == "f" else np.float64), keep
