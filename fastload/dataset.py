@@ -10,15 +10,14 @@ from typing import Any, Literal
 import numpy as np
 import torch.utils.data
 
-from fastload.collate import ImageBatch, SkipCountedList, collate_field
+from fastload.collate import ImageBatch, SkipCountedList
 from fastload.config import CACHE_LIMIT, available_cpus
 from fastload.decode import MAX_PIXELS, decode_rgb, pixel_limit
 from fastload.decode_files import FileDecode, check_decode, decoder_for
 from fastload.epoch_sampler import SampleKey
 from fastload.errors import CorruptRecordError, SkippedRecordWarning
 from fastload.format import Manifest, RecordIndex
-from fastload.format.layout import array_type
-from fastload.transforms import boxes_through_crop
+from fastload.fields import SampleFields
 from fastload.pipeline import ImagePipeline, ThreadDecoder, decode_batch
 from fastload.readers import ShardReader
 from fastload.storage import node_cache
@@ -133,127 +132,34 @@ class PackedDataset(torch.utils.data.Dataset):
         if self.pipeline is not None and self.manifest.kind != "images":
             raise ValueError(f"{self.root}: holds files that are not all images; the built-in "
                              "image pipeline (image_size=) needs an image dataset")
-        self.fields, self.pad_fields = self._check_fields(fields, pad_fields)
-        self.boxes, self.box_fields = self._check_boxes(boxes, tuple(box_fields))
+        if fields is None and (pad_fields or boxes or box_fields):
+            raise ValueError("pad_fields=, boxes= and box_fields= are about dict samples: pass fields= too")
+        if fields is not None and self.target_transform is not None:
+            raise ValueError("fields= gives dict samples; target_transform= is for (image, label) samples: "
+                             "change the 'label' entry in a sample_transform or batch_transform instead")
+        self._fields = None if fields is None else SampleFields(
+            self.manifest, self.index, fields, pad_fields, boxes, box_fields,
+            cropped=self.pipeline is not None, where=str(self.root))
         if decode != "bytes" and self.manifest.kind == "images":
             raise ValueError(f"decode={decode!r} is for datasets of other files; {self.root} holds images: "
                              "they decode with image_size= (or transform= on a PIL image)")
 
-    def _check_fields(self, fields: Sequence[str] | None,
-                      pad: Mapping[str, float] | None) -> tuple[tuple[str, ...] | None, dict[str, float]]:
-        """The fields asked for (None: the ``(image, label)`` samples of old) and the padded ones."""
-        if fields is None:
-            if pad:
-                raise ValueError("pad_fields= pads fields of dict samples: pass fields= too")
-            return None, {}
-        if self.target_transform is not None:
-            raise ValueError("fields= gives dict samples; target_transform= is for (image, label) samples: "
-                             "change the 'label' entry in a sample_transform or batch_transform instead")
-        if isinstance(fields, str):
-            raise TypeError(f"fields={fields!r}: pass a sequence of names, e.g. fields=({fields!r},)")
-        known = {"image": "image", "label": "int64", **self.manifest.fields}
-        unknown = [name for name in fields if name not in known]
-        if unknown or not fields:
-            raise ValueError(f"fields={tuple(fields)!r}: {self.root} has no field {unknown[0]!r}; it has "
-                             f"{', '.join(known)}" if unknown else "fields=(): ask for at least one field")
-        for name in pad or {}:
-            kind = array_type(known.get(name, ""))
-            if name not in fields or kind is None or kind[1] is not None:
-                raise ValueError(f"pad_fields: {name!r} is not one of the variable-length array fields asked "
-                                 f"for ({', '.join(n for n in fields if (k := array_type(known[n])) and k[1] is None) or 'none'})")
-        return tuple(fields), dict(pad or {})
-
-    def _check_boxes(self, boxes: str | None, aligned: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
-        """The box field that follows the crop, and the fields with one row per box."""
-        if boxes is None:
-            if aligned:
-                raise ValueError("box_fields= are filtered with the boxes: pass boxes= too")
-            return None, ()
-        kind = array_type(self.manifest.fields.get(boxes, ""))
-        if kind is None or kind[0] == "bool" or kind[2] != (4,):
-            raise ValueError(f"boxes={boxes!r}: not a field of boxes in {self.root} (one needs type "
-                             f"<number>[*,4]: x0, y0, x1, y1 in the image's pixels; its fields: "
-                             f"{self.manifest.fields or 'none'})")
-        if self.pipeline is None or not self.fields or boxes not in self.fields:
-            raise ValueError(f"boxes={boxes!r} moves the boxes with the built-in crop: pass image_size= and "
-                             f"fields= naming {boxes!r}")
-        for name in aligned:
-            kind = array_type(self.manifest.fields.get(name, ""))
-            if name not in self.fields or kind is None:
-                raise ValueError(f"box_fields: {name!r} must be an array field asked for in fields=, with "
-                                 "one row per box (the labels of the boxes, say)")
-        return boxes, aligned
-
-    def _field_values(self, i: int, plan: Any) -> dict[str, Any]:
-        """Record ``i``'s stored fields other than image and label; with ``boxes``, the boxes moved
-        by the crop ``plan`` (clipped, mirrored; those left without area dropped with their rows of
-        ``box_fields``)."""
-        assert self.fields is not None
-        values = {name: self.field_value(name, i) for name in self.fields if name not in ("image", "label")}
-        if self.boxes is not None and plan is not None:
-            moved, keep = boxes_through_crop(values[self.boxes], plan)
-            for name in self.box_fields:
-                if len(values[name]) != len(keep):
-                    raise CorruptRecordError(f"{self.reader.where(i)}: {len(keep)} boxes but {len(values[name])} "
-                                             f"rows of {name!r}; box_fields need one row per box")
-            values[self.boxes] = moved
-            for name in self.box_fields:
-                values[name] = np.asarray(values[name])[keep]
-        return values
-
-    def field_value(self, name: str, i: int) -> Any:
-        """Record ``i``'s stored value of field ``name`` (arrays as read-only views of the index)."""
-        if name == "label":
-            return int(self.index.label[i])
-        value = self.index.fields[name][i]
-        return value.item() if isinstance(value, np.generic) else value
-
-    def _as_fields(self, i: int, image: Any, label: Any, values: dict[str, Any] | None = None) -> dict[str, Any]:
-        """One sample as the dict of the fields asked for (``values``: its other fields, when the
-        batch already has them, boxes moved)."""
-        assert self.fields is not None
-        values = self._field_values(i, None) if values is None else values
-        out = {name: image if name == "image" else label if name == "label" else values[name]
-               for name in self.fields}
-        # arrays as tensors, as in batches (a copy: the index's views are read-only)
-        return {k: torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v for k, v in out.items()}
+    @property
+    def fields(self) -> tuple[str, ...] | None:
+        """The fields of dict samples (``fields=``), or None for ``(image, label)`` samples."""
+        return self._fields.names if self._fields is not None else None
 
     def collate(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
-        """Dict samples (``fields=``) into one batch: numbers as tensors, text as lists of str, arrays
-        stacked when they share a shape, else lists, or padded with ``<name>_lengths``
-        (``pad_fields``); images stacked when they are tensors of one shape."""
-        assert self.fields is not None
-        out: dict[str, Any] = {}
-        for name in self.fields:
-            values = [s[name] for s in samples]
-            if name == "image":
-                tensors = all(isinstance(v, torch.Tensor) for v in values)
-                out[name] = torch.stack(values) if tensors and len({v.shape for v in values}) == 1 else values
-            else:
-                self._collate_into(out, name, values)
-        return out
+        """Dict samples (``fields=``) into one batch, each field by its type (see :mod:`fastload.fields`)."""
+        if self._fields is None:
+            raise TypeError("collate: this dataset's samples are (image, label) pairs: torch's default_collate "
+                            "fits them; PackedDataset.collate is for fields=")
+        return self._fields.collate(samples)
 
-    def _collate_into(self, out: dict[str, Any], name: str, values: list[Any]) -> None:
-        dtype = "int64" if name == "label" else self.manifest.fields[name]
-        collated = collate_field(dtype, values, self.pad_fields.get(name))
-        if name in self.pad_fields:
-            out[name], out[f"{name}_lengths"] = collated
-        else:
-            out[name] = collated
-
-    def _batch_fields(self, batch: ImageBatch, indices: list[int], plans: list[Any]) -> None:
-        """Give a decoded batch its dict of fields (its images and labels as they are)."""
-        assert self.fields is not None
-        samples = [self._field_values(i, plan) for i, plan in zip(indices, plans)]
-        out: dict[str, Any] = {}
-        for name in self.fields:
-            if name == "image":
-                out[name] = batch.images
-            elif name == "label":
-                out[name] = batch.labels
-            else:
-                self._collate_into(out, name, [s[name] for s in samples])
-        batch.fields, batch.samples = out, samples
+    def _as_fields(self, i: int, image: Any, label: Any, values: dict[str, Any] | None = None) -> dict[str, Any]:
+        assert self._fields is not None
+        return self._fields.sample(image, label, self._fields.values(i, None, self.reader.where(i))
+                                   if values is None else values)
 
     def _open(self) -> None:
         opened = open_packed(self.location, self.cache)
@@ -278,6 +184,8 @@ class PackedDataset(torch.utils.data.Dataset):
         self.__dict__.update(state)
         self._decoder = None
         self._open()
+        if self._fields is not None:
+            self._fields.index = self.index
 
     def __len__(self) -> int:
         return self.manifest.num_records
@@ -405,8 +313,8 @@ class PackedDataset(torch.utils.data.Dataset):
             failed.update((indices[k], exc) for k, exc in undecoded.items())
             indices = [i for k, i in enumerate(indices) if k not in undecoded]
             plans = [p for k, p in enumerate(plans) if k not in undecoded]
-        if self.fields:
-            self._batch_fields(batch, indices, plans)
+        if self._fields is not None:
+            self._fields.into_batch(batch, indices, plans, self.reader.where)
             return batch
         if self.target_transform is not None:
             return [(image, self._target(i, label)) for i, (image, label) in zip(indices, batch)]

@@ -1,0 +1,146 @@
+"""Samples with fields: a PackedDataset's ``fields=`` as dict samples and dict batches.
+
+The fields asked for are ``"image"``, ``"label"`` and any the pack stored (numbers, text, arrays:
+see fastload.format.layout). A sample is a dict of them; a batch is collated field by field by
+type (:func:`fastload.collate.collate_field`); ``boxes`` names an array field of boxes that the
+built-in crop moves as it moves the pixels (:func:`fastload.transforms.boxes_through_crop`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastload.collate import ImageBatch, collate_field
+from fastload.errors import CorruptRecordError
+from fastload.format import Manifest, RecordIndex
+from fastload.format.layout import array_type
+from fastload.transforms import CropPlan, boxes_through_crop
+
+
+class SampleFields:
+    """Which fields a dataset's samples carry, checked against its manifest, and how they are
+    read, moved with the crop and collated.
+
+    Args:
+        manifest, index: the dataset's.
+        names: the fields asked for, in the order the dicts list them.
+        pad: ``{name: value}``: variable-length array fields padded into one tensor.
+        boxes: the box field that follows the crop (needs ``cropped``), or None.
+        box_fields: fields with one row per box, filtered with the boxes.
+        cropped: the dataset runs the built-in crop (``image_size=``).
+        where: names the dataset in messages.
+    """
+
+    def __init__(self, manifest: Manifest, index: RecordIndex, names: Sequence[str],
+                 pad: Mapping[str, float] | None, boxes: str | None, box_fields: Sequence[str], *,
+                 cropped: bool, where: str) -> None:
+        if isinstance(names, str):
+            raise TypeError(f"fields={names!r}: pass a sequence of names, e.g. fields=({names!r},)")
+        self.types: dict[str, str] = {"image": "image", "label": "int64", **manifest.fields}
+        unknown = [name for name in names if name not in self.types]
+        if unknown or not names:
+            raise ValueError(f"fields={tuple(names)!r}: {where} has no field {unknown[0]!r}; it has "
+                             f"{', '.join(self.types)}" if unknown else "fields=(): ask for at least one field")
+        self.names, self.index = tuple(names), index
+        variable = [n for n in self.names if (k := array_type(self.types[n])) and k[1] is None]
+        for name in pad or {}:
+            if name not in variable:
+                raise ValueError(f"pad_fields: {name!r} is not one of the variable-length array fields asked "
+                                 f"for ({', '.join(variable) or 'none'})")
+        self.pad = dict(pad or {})
+        self.boxes, self.box_fields = self._check_boxes(boxes, tuple(box_fields), cropped, where)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["index"] = None  # the dataset re-opens its index where it is unpickled, and attaches it
+        return state
+
+    def _check_boxes(self, boxes: str | None, aligned: tuple[str, ...], cropped: bool,
+                     where: str) -> tuple[str | None, tuple[str, ...]]:
+        if boxes is None:
+            if aligned:
+                raise ValueError("box_fields= are filtered with the boxes: pass boxes= too")
+            return None, ()
+        kind = array_type(self.types.get(boxes, ""))
+        if kind is None or kind[0] == "bool" or kind[2] != (4,):
+            fields = {n: t for n, t in self.types.items() if n not in ("image", "label")}
+            raise ValueError(f"boxes={boxes!r}: not a field of boxes in {where} (one needs type "
+                             f"<number>[*,4]: x0, y0, x1, y1 in the image's pixels; its fields: {fields or 'none'})")
+        if not cropped or boxes not in self.names:
+            raise ValueError(f"boxes={boxes!r} moves the boxes with the built-in crop: pass image_size= and "
+                             f"fields= naming {boxes!r}")
+        for name in aligned:
+            if name not in self.names or array_type(self.types.get(name, "")) is None:
+                raise ValueError(f"box_fields: {name!r} must be an array field asked for in fields=, with "
+                                 "one row per box (the labels of the boxes, say)")
+        return boxes, aligned
+
+    def value(self, name: str, i: int) -> Any:
+        """Record ``i``'s stored value of field ``name`` (arrays as read-only views of the index)."""
+        if name == "label":
+            return int(self.index.label[i])
+        value = self.index.fields[name][i]
+        return value.item() if isinstance(value, np.generic) else value
+
+    def values(self, i: int, plan: CropPlan | None, where: str) -> dict[str, Any]:
+        """Record ``i``'s stored fields other than image and label; with ``boxes``, the boxes moved
+        by the crop ``plan`` (clipped, mirrored; those left without area dropped with their rows of
+        ``box_fields``). ``where`` names the record in errors."""
+        values = {name: self.value(name, i) for name in self.names if name not in ("image", "label")}
+        if self.boxes is not None and plan is not None:
+            moved, keep = boxes_through_crop(values[self.boxes], plan)
+            for name in self.box_fields:
+                if len(values[name]) != len(keep):
+                    raise CorruptRecordError(f"{where}: {len(keep)} boxes but {len(values[name])} rows of "
+                                             f"{name!r}; box_fields need one row per box")
+            values[self.boxes] = moved
+            for name in self.box_fields:
+                values[name] = np.asarray(values[name])[keep]
+        return values
+
+    def sample(self, image: Any, label: Any, values: dict[str, Any]) -> dict[str, Any]:
+        """One sample as the dict of the fields asked for, arrays as tensors (copies: the index's
+        views are read-only)."""
+        out = {name: image if name == "image" else label if name == "label" else values[name]
+               for name in self.names}
+        return {k: torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v for k, v in out.items()}
+
+    def collate(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        """Dict samples into one batch: numbers as tensors, text as lists of str, arrays stacked when
+        they share a shape, else lists, or padded with ``<name>_lengths`` (``pad``); images stacked
+        when they are tensors of one shape."""
+        out: dict[str, Any] = {}
+        for name in self.names:
+            values = [s[name] for s in samples]
+            if name == "image":
+                tensors = all(isinstance(v, torch.Tensor) for v in values)
+                out[name] = torch.stack(values) if tensors and len({v.shape for v in values}) == 1 else values
+            else:
+                self._collate_into(out, name, values)
+        return out
+
+    def into_batch(self, batch: ImageBatch, indices: list[int], plans: list[CropPlan | None],
+                   where: Any) -> None:
+        """Give a decoded batch its dict of fields (its images and labels as they are) and each
+        sample's values (``where(i)`` names record ``i`` in errors)."""
+        samples = [self.values(i, plan, where(i)) for i, plan in zip(indices, plans)]
+        out: dict[str, Any] = {}
+        for name in self.names:
+            if name == "image":
+                out[name] = batch.images
+            elif name == "label":
+                out[name] = batch.labels
+            else:
+                self._collate_into(out, name, [s[name] for s in samples])
+        batch.fields, batch.samples = out, samples
+
+    def _collate_into(self, out: dict[str, Any], name: str, values: list[Any]) -> None:
+        collated = collate_field(self.types[name], values, self.pad.get(name))
+        if name in self.pad:
+            out[name], out[f"{name}_lengths"] = collated
+        else:
+            out[name] = collated
