@@ -1,0 +1,113 @@
+"""Samples with fields: COCO-like detection samples (photo + 1–20 boxes with labels + a caption)
+through the train pipeline, against the same photos as image-only samples, side by side.
+
+    python bench/fields_bench.py bench/data/photos --records 4000 --duration 6 --repeats 3 \\
+        --json bench/results/fields.json
+
+Issue 17: "COCO-like synthetic detection samples (photo + 1–20 boxes + caption) through the train
+pipeline ≥ 90% of the image-only rate on the same photos". A JSONL list of ``--records`` photos of
+the folder (in the folder's order) with, per photo, 1–20 random boxes inside it, a label per box
+and a caption is packed once into a temporary LMDB dataset (deleted after). Rows, interleaved
+``--repeats`` times (``fastload.benchmark.runs.run_all``), each
+``fastload.DataLoader(..., batch_size=64, shuffle=True)`` with auto settings:
+
+* ``image only``: ``PackedDataset(d, image_size=224, train=True)``: ``(images, labels)``;
+* ``detection``: ``fields=("image", "label", "boxes", "box_labels", "caption")``,
+  ``boxes="boxes", box_fields=("box_labels",)``: the boxes follow each crop and flip;
+* ``detection, padded``: the same with ``pad_fields={"boxes": -1, "box_labels": -1}``.
+
+Nothing asserts on time; the ratios are printed and written to ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def write_list(photos: Path, records: int, out: Path) -> None:
+    """A JSONL list of the first ``records`` photos with random boxes, box labels and a caption."""
+    import numpy as np
+
+    from converters.sources import list_source
+    from fastload.decode import image_size
+
+    rng = np.random.default_rng(0)
+    lines = []
+    for item in list_source(photos).items[:records]:
+        width, height = image_size(item.path.read_bytes()[:65536], where=str(item.path))
+        count = int(rng.integers(1, 21))
+        x0, y0 = rng.uniform(0, width * 0.9, count), rng.uniform(0, height * 0.9, count)
+        x1 = np.minimum(x0 + rng.uniform(4, width / 2, count), width)
+        y1 = np.minimum(y0 + rng.uniform(4, height / 2, count), height)
+        lines.append(json.dumps({
+            "path": str(Path(item.path).resolve()), "label": item.label,
+            "boxes": np.round(np.stack([x0, y0, x1, y1], 1), 2).tolist(),
+            "box_labels": rng.integers(0, 80, count).tolist(),
+            "caption": f"a photo with {count} things in it, number {len(lines)}"}))
+    out.write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("photos", help="the photo folder (ImageFolder tree)")
+    p.add_argument("--records", type=int, default=4000)
+    p.add_argument("--duration", type=float, default=6.0)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--work", default=None, help="where the temporary dataset goes")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+
+    import fastload
+    from converters import pack
+    from fastload.benchmark.repeats import paired_ratio
+    from fastload.benchmark.runs import Limits, RunSpec, run_all
+
+    work = Path(tempfile.mkdtemp(prefix="fastload-fields-", dir=args.work))
+    try:
+        write_list(Path(args.photos), args.records, work / "list.jsonl")
+        pack(work / "list.jsonl", work / "d.fl", progress=False)
+        path = work / "d.fl"
+        detection: dict[str, Any] = {"fields": ("image", "label", "boxes", "box_labels", "caption"),
+                                     "boxes": "boxes", "box_fields": ("box_labels",)}
+
+        def loader(**kw: Any) -> Any:
+            ds = fastload.PackedDataset(path, image_size=224, train=True, **kw)
+            return fastload.DataLoader(ds, batch_size=64, shuffle=True)
+
+        specs = [
+            RunSpec("image only", "fastload", "lmdb", loader, lambda ld: str(ld.settings.mode)),
+            RunSpec("detection", "fastload", "lmdb", lambda: loader(**detection), lambda ld: str(ld.settings.mode)),
+            RunSpec("detection, padded", "fastload", "lmdb",
+                    lambda: loader(**detection, pad_fields={"boxes": -1.0, "box_labels": -1}),
+                    lambda ld: str(ld.settings.mode)),
+        ]
+        runs, _ = run_all(specs, Limits(args.duration), repeats=args.repeats)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    by = {r.name: r for r in runs}
+    for r in runs:
+        print(f"{r.name:<20} {r.samples_per_s:8.0f} samples/s  (min {r.min or 0:.0f}, max {r.max or 0:.0f})")
+    ratios = {name: paired_ratio(by[name], by["image only"], "samples_per_s")
+              for name in ("detection", "detection, padded")}
+    for name, ratio in ratios.items():
+        print(f"{name} / image only: {ratio:.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "schema": "fastload-fields-bench/1", "records": args.records,
+            "machine": {"python": platform.python_version(), "platform": platform.platform()},
+            "runs": [r.as_dict() for r in runs], "ratios": ratios}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
