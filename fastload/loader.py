@@ -73,6 +73,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         if backend == "dali" and getattr(dataset, "sample_transform", None) is not None:
             raise ValueError("backend='dali': DALI decodes the batch itself, so the dataset's sample_transform "
                              "would not run; use batch_transform= (on the device), or backend='torch'")
+        if backend == "dali" and getattr(dataset, "fields", None):
+            raise ValueError("backend='dali' delivers (images, labels) batches; the dataset's fields= (dict "
+                             "samples) need backend='torch'")
         self.batch_transform = batch_transform
         tail = backend_class(backend)
         self.backend = backend

@@ -78,3 +78,21 @@ def test_field_arguments_are_checked(dataset):
     with pytest.raises(ValueError, match="target_transform= is for"):
         fastload.PackedDataset(dataset, fields=("label",), target_transform=str)
     assert np.array_equal(fastload.PackedDataset(dataset).record(1)["boxes"], [[1, 0, 11, 20]])
+
+
+def test_skipped_records_leave_dict_batches_counted_and_dali_refuses_fields(dataset, tmp_path):
+    from tests.conftest import copy_dataset, flip_payload_byte
+
+    damaged = copy_dataset(dataset, tmp_path / "damaged.fl")
+    flip_payload_byte(damaged, 3)
+    ds = fastload.PackedDataset(damaged, image_size=32, fields=("image", "caption"), on_error="skip")
+    loader = fastload.DataLoader(ds, batch_size=4, shuffle=False)
+    with pytest.warns(fastload.errors.SkippedRecordWarning):
+        batches = list(loader)
+    captions = [c for b in batches for c in b["caption"]]
+    assert "photo 3" not in captions and len(captions) == len(ROWS) - 1
+    assert batches[0]["image"].shape == (3, 3, 32, 32) and loader.stats()["skipped"] == 1
+    with pytest.raises(ValueError, match="fields= .* need backend='torch'"):
+        fastload.DataLoader(fastload.PackedDataset(dataset, image_size=32, fields=("image",)), batch_size=2,
+                            backend="dali")
+
