@@ -61,12 +61,9 @@ def collate_field(dtype: str, values: list[Any], pad: float | None = None) -> An
         same = len({tuple(a.shape) for a in arrays}) <= 1
         return torch.stack(arrays) if same and arrays else arrays
     lengths = torch.tensor([len(a) for a in arrays], dtype=torch.int64)
-    longest = int(lengths.max()) if len(arrays) else 0
-    element = arrays[0].dtype if arrays else torch.float64
-    padded = torch.full((len(arrays), longest, *kind[2]), pad, dtype=element)
-    for k, a in enumerate(arrays):
-        padded[k, :len(a)] = a
-    return padded, lengths
+    if not arrays:
+        return torch.zeros((0, 0, *kind[2]), dtype=torch.float64), lengths
+    return torch.nn.utils.rnn.pad_sequence(arrays, batch_first=True, padding_value=pad), lengths
 
 
 def collate_images(batch: Any) -> Any:
