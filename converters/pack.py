@@ -64,7 +64,7 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
          layout: Layout = "auto", check: Literal["header", "decode"] = "header",
          max_pixels: int = MAX_PIXELS, restart_markers: bool = False,
          max_file_size: str | int = MAX_FILE_SIZE, storage_options: dict[str, Any] | None = None,
-         staging: str | os.PathLike[str] | None = None) -> PackReport:
+         staging: str | os.PathLike[str] | None = None, sidecars: bool = False) -> PackReport:
     """Pack a folder or file list into a fastload dataset; see ``fastload pack --help``.
 
     Returns a PackReport (``already_packed`` when OUT holds this exact pack). Raises SourceError /
@@ -74,7 +74,8 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
 
     SRC and OUT may be object-store URLs (``s3://bucket/images/``), reached with
     ``storage_options``; a pack to a store is written in the local ``staging`` folder and each
-    shard uploaded as it finishes (see converters.upload).
+    shard uploaded as it finishes (see converters.upload). ``sidecars``: a folder's ``.json`` and
+    ``.txt`` files beside each image, of its basename, become its fields (see converters.sidecars).
     """
     started = time.perf_counter()
     src_store = RemoteStore(str(src), storage_options) if is_remote(src) else None
@@ -92,11 +93,20 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
                              restart_markers, max_file_size)
     exts = normalize_extensions(extensions)
     if src_store is not None:
+        if sidecars:
+            raise SourceError(f"{src}: --sidecars reads files beside each image in a local folder; a store "
+                              "prefix as SRC cannot have them yet")
         listing = list_store_source(src_store, layout=layout, extensions=exts, on_error=on_error,
                                     max_file_size=options["max_file_size"])
     else:
         listing = list_source(src_path, layout=layout, extensions=exts, on_error=on_error,
                               max_file_size=options["max_file_size"])
+        if sidecars:
+            if listing.layout == "list":
+                raise SourceError(f"{src}: --sidecars is for folders; a file list names its fields as columns")
+            from converters.sidecars import attach_sidecars
+
+            attach_sidecars(listing, on_error)
         if out_path is not None:
             _check_out_location(src_path, listing.root, out_path)
     # Read threads do not change what is written: a resume with other --workers keeps the shards.

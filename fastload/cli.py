@@ -38,7 +38,7 @@ def _pack(args: argparse.Namespace) -> int:
                   quality=args.quality, overwrite=args.overwrite, progress=False if args.quiet else None,
                   layout=args.layout, check=args.check, max_pixels=args.max_pixels,
                   restart_markers=args.restart_markers, max_file_size=args.max_file_size,
-                  storage_options=_storage_options(args), staging=args.staging)
+                  storage_options=_storage_options(args), staging=args.staging, sidecars=args.sidecars)
     print(report.summary())
     return 0
 
@@ -235,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how to read SRC (default: auto-detect)")
     p.add_argument("--check", choices=["header", "decode"], default="header",
                    help="per-file check: header + end marker (fast, default) or full decode")
+    p.add_argument("--sidecars", action="store_true",
+                   help="files beside each image of its basename are its fields: 0001.json's keys, "
+                        "0001.txt as field 'txt' (as WebDataset groups them)")
     p.add_argument("--restart-markers", action="store_true",
                    help="rewrite JPEGs losslessly (same pixels) with restart markers, so random crops "
                         "decode from the blocks under them alone: ~11%% less time per train crop, "
