@@ -19,6 +19,7 @@ from fastload.resume import ResumableSampler, iterable_state, load_iterable_stat
 from fastload.stats import LoaderStats
 from fastload.transfer import Normalizer, resolve_device
 from fastload.tuning import LoaderSettings, resolve_settings, uses_builtin_pipeline
+from fastload.user_transforms import BatchTransform
 
 Auto = Literal["auto"]
 T_co = TypeVar("T_co", covariant=True)
