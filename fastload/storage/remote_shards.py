@@ -290,11 +290,14 @@ class _Filler(threading.Thread):
                 return
             claims, missing = [], []
             for piece in range(k, min(k + FILL_GROUP, count)):
+                span = [(piece * FILL_PIECE, FILL_PIECE)]
+                if not entry.missing(span):
+                    continue  # cached already (a second epoch: no claim to take)
                 claim = entry.claim(piece)
                 if claim is None:
                     continue  # another process or thread is fetching it
                 claims.append(claim)
-                missing += entry.missing([(piece * FILL_PIECE, FILL_PIECE)])  # reads may have fetched some
+                missing += entry.missing(span)  # again, claimed: the last holder may have written it
             try:
                 if missing:
                     bodies = shards.store.read_ranges([(remote.name, a, n) for a, n in missing])
