@@ -224,9 +224,8 @@ class PackedDataset(torch.utils.data.Dataset):
             "data": self.reader.read(i), "label": int(self.index.label[i]), "path": self.index.path[i],
             "width": int(self.index.width[i]), "height": int(self.index.height[i]),
         }
-        for name, column in self.index.fields.items():
-            value = column[i]
-            out[name] = value.item() if isinstance(value, np.generic) else value
+        for name in self.index.fields:
+            out[name] = self.index.field(name, i)
         return out
 
     def _key(self, key: int | SampleKey | tuple[int, int, int]) -> tuple[int, int, int]:

@@ -81,10 +81,7 @@ class SampleFields:
 
     def value(self, name: str, i: int) -> Any:
         """Record ``i``'s stored value of field ``name`` (arrays as read-only views of the index)."""
-        if name == "label":
-            return int(self.index.label[i])
-        value = self.index.fields[name][i]
-        return value.item() if isinstance(value, np.generic) else value
+        return int(self.index.label[i]) if name == "label" else self.index.field(name, i)
 
     def values(self, i: int, plan: CropPlan | None, where: str) -> dict[str, Any]:
         """Record ``i``'s stored fields other than image and label; with ``boxes``, the boxes moved

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -199,6 +200,12 @@ class RecordIndex:
                                  load_arrays(root, manifest, column, dtype, read) if array_type(dtype) else
                                  load_column(root, column, manifest.index[column], n, read=read))
         self._check_consistent()
+
+    def field(self, name: str, i: int) -> Any:
+        """Record ``i``'s value of the extra field ``name``: a Python number, a str, or a read-only
+        array view (an array field)."""
+        value = self.fields[name][i]
+        return value.item() if isinstance(value, np.generic) else value
 
     def _check_consistent(self) -> None:
         """Refuse index values that would point outside their shards or mean nothing (damage or
