@@ -56,7 +56,8 @@ class RawReads:
                 yield torch.tensor([len(b) for part in parts for b in part], dtype=torch.int64)
 
 
-def _batch_bytes(batch: torch.Tensor) -> int:
+def raw_batch_bytes(batch: torch.Tensor) -> int:
+    """The bytes a RawReads batch read (it holds each payload's size)."""
     return int(batch.sum())
 
 
@@ -105,7 +106,7 @@ def raw_rows(baseline: ImageFolderBaseline | None, packed: Sequence[Path], batch
         files = baseline.files
         rows.append(RunSpec("raw reads: small files", "raw", "folder",
                             lambda: RawReads(_read_files(files), len(files), batch_size), settings,
-                            batch_bytes=_batch_bytes, prepare=_drop_files(files) if cold else None))
+                            batch_bytes=raw_batch_bytes, prepare=_drop_files(files) if cold else None))
     for path in packed:
         storage = read_manifest(path).storage
 
@@ -115,7 +116,7 @@ def raw_rows(baseline: ImageFolderBaseline | None, packed: Sequence[Path], batch
             ds = PackedDataset(path)
             return RawReads(ds.reader.read_many, len(ds), batch_size)
         rows.append(RunSpec(f"raw reads: fastload {storage}", "raw", storage, make,
-                            settings + ", checksums verified", batch_bytes=_batch_bytes,
+                            settings + ", checksums verified", batch_bytes=raw_batch_bytes,
                             prepare=_drop_files(shard_files(path)) if cold else None))
     return rows
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from fastload.benchmark.baseline import ImageFolderBaseline
-from fastload.benchmark.contenders import RawReads, settings_text
+from fastload.benchmark.contenders import RawReads, raw_batch_bytes, settings_text
 from fastload.benchmark.runs import RunSpec
 from fastload.benchmark.stages import Stage
 
@@ -78,7 +78,7 @@ def store_raw_rows(objects: StoreObjects | None, batch_size: int) -> list[RunSpe
     return [RunSpec("raw reads: small objects", "raw", "folder",
                     lambda: RawReads(objects.read_many, len(objects), batch_size, threads=1),
                     f"one GET per object, up to {in_flight} in flight, batches of {batch_size}",
-                    batch_bytes=_batch_bytes)]
+                    batch_bytes=raw_batch_bytes)]
 
 
 @dataclass
@@ -99,7 +99,7 @@ def store_rows(url: str, storage_options: dict[str, Any] | None, cache_dir: str,
 
     manifest = _manifest(url, storage_options)
     storage, size = manifest.storage, manifest.total_bytes / max(1, manifest.num_records)
-    limit = manifest.total_bytes + max((s.bytes for s in manifest.shards), default=0)
+    limit = cache_room(manifest)
     epoch1 = _Epoch1()
 
     def dataset(cached: bool, **kw: Any) -> PackedDataset:
@@ -128,12 +128,12 @@ def store_rows(url: str, storage_options: dict[str, Any] | None, cache_dir: str,
             RunSpec(f"raw reads: fastload {storage}, store, no cache", "raw", storage,
                     lambda: RawReads(dataset(False).reader.read_many, manifest.num_records, batch_size,
                                      threads=1),
-                    f"{reads}, each record's own byte range, checksums verified", batch_bytes=_batch_bytes),
+                    f"{reads}, each record's own byte range, checksums verified", batch_bytes=raw_batch_bytes),
             RunSpec(f"raw reads: fastload {storage}, store, cache epoch 1", "raw", storage, cold_reads,
-                    f"{reads}, 4 MiB pieces kept in an empty node cache", batch_bytes=_batch_bytes,
+                    f"{reads}, 4 MiB pieces kept in an empty node cache", batch_bytes=raw_batch_bytes,
                     prepare=empty_cache),
             RunSpec(f"raw reads: fastload {storage}, store, cache epoch 2", "raw", storage, warm_reads,
-                    "the records epoch 1 fetched, reshuffled, from the node cache", batch_bytes=_batch_bytes),
+                    "the records epoch 1 fetched, reshuffled, from the node cache", batch_bytes=raw_batch_bytes),
         ]
     if train:
         rows.append(RunSpec(f"fastload {storage}, store", "fastload", storage,
@@ -144,6 +144,11 @@ def store_rows(url: str, storage_options: dict[str, Any] | None, cache_dir: str,
     return rows
 
 
+def cache_room(manifest: Any) -> int:
+    """A node cache limit that holds the whole dataset (one shard over, as admission needs)."""
+    return manifest.total_bytes + max((s.bytes for s in manifest.shards), default=0)
+
+
 def _counting(read_many: Callable[[list[int]], list[bytes]],
               epoch1: _Epoch1) -> Callable[[list[int]], list[bytes]]:
     def read(indices: list[int]) -> list[bytes]:
@@ -151,10 +156,6 @@ def _counting(read_many: Callable[[list[int]], list[bytes]],
         epoch1.records += len(indices)
         return out
     return read
-
-
-def _batch_bytes(batch: Any) -> int:
-    return int(batch.sum())
 
 
 def _manifest(url: str, storage_options: dict[str, Any] | None) -> Any:

@@ -22,7 +22,7 @@ import torch
 from fastload.benchmark.baseline import ImageFolderBaseline
 from fastload.benchmark.contenders import fastload_rows, raw_rows, settings_text, torch_rows
 from fastload.benchmark.far import (
-    StoreObjects, StoreSpeed, objects_store_speed, packed_store_speed, store_raw_rows, store_rows,
+    StoreObjects, StoreSpeed, cache_room, objects_store_speed, packed_store_speed, store_raw_rows, store_rows,
 )
 from fastload.benchmark.inputs import Inputs, resolve, skipped_note
 from fastload.benchmark.report import BenchReport
@@ -355,8 +355,7 @@ def _packed_dataset(path: Path | str, image_size: int, inputs: Inputs) -> Any:
 def _room_for(url: str, inputs: Inputs) -> int:
     from fastload.storage.packed import locate_packed
 
-    manifest = locate_packed(url, inputs.storage_options).manifest()
-    return manifest.total_bytes + max((s.bytes for s in manifest.shards), default=0)
+    return cache_room(locate_packed(url, inputs.storage_options).manifest())
 
 
 def _row_name(dataset: Any) -> str:
