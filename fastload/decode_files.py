@@ -20,7 +20,7 @@ import io
 import os
 import wave
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -93,5 +93,6 @@ def decoder_for(decode: FileDecode, path: str) -> Callable[[bytes, str], Any] | 
 
 
 def check_decode(decode: str) -> None:
-    if decode not in ("bytes", "npy", "text", "wav", "auto"):
-        raise ValueError(f"decode={decode!r}: must be 'bytes', 'npy', 'text', 'wav' or 'auto'")
+    allowed = get_args(FileDecode)
+    if decode not in allowed:
+        raise ValueError(f"decode={decode!r}: must be {', '.join(map(repr, allowed[:-1]))} or {allowed[-1]!r}")

@@ -194,11 +194,12 @@ def boxes_through_crop(boxes: np.ndarray, plan: CropPlan) -> tuple[np.ndarray, n
     an area (same dtype) and the mask of which input boxes they are (to drop their labels too)."""
     left, top, width, height = plan.box
     out_h, out_w = plan.out_size
-    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    given = np.asarray(boxes)
+    b = given.astype(np.float64).reshape(-1, 4)
     x0, x1 = ((b[:, [0, 2]] - left) * (out_w / width)).clip(0, out_w).T
     y0, y1 = ((b[:, [1, 3]] - top) * (out_h / height)).clip(0, out_h).T
     keep = (x1 > x0) & (y1 > y0)
     if plan.flip:
         x0, x1 = out_w - x1, out_w - x0
     moved = np.stack([x0, y0, x1, y1], axis=1)[keep]
-    return moved.astype(np.asarray(boxes).dtype if np.asarray(boxes).dtype.kind == "f" else np.float64), keep
+    return moved.astype(given.dtype if given.dtype.kind == "f" else np.float64), keep
