@@ -77,6 +77,9 @@ from typing import Any, Self
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from remote_bench import _cpu_seconds, _range_length  # noqa: E402 - the same measures as fastload's rows
 
 BUCKET, PREFIX = "bench", "litdata"
 IMAGE_SIZE = 224
@@ -316,13 +319,20 @@ def row_train(a: dict[str, Any]) -> dict[str, Any]:
 
     loader = StreamingDataLoader(_dataset(a, transform=train_sample), batch_size=64,
                                  num_workers=a["workers"])
-    epochs = []
-    for _ in range(a["epochs"]):
+    epochs, images = _timed_epochs(loader, a["epochs"])
+    return {**epochs[0], "epochs": epochs, "batch_shape": list(images.shape), "dtype": str(images.dtype)}
+
+
+def _timed_epochs(loader: Any, count: int) -> tuple[list[dict[str, Any]], Any]:
+    """``count`` epochs of ``(images, labels)`` batches: records and seconds of each, and the last
+    batch's images."""
+    epochs, images = [], None
+    for _ in range(count):
         start, n = time.perf_counter(), 0
         for images, _labels in loader:
             n += len(images)
         epochs.append({"records": n, "seconds": time.perf_counter() - start})
-    return {**epochs[0], "epochs": epochs, "batch_shape": list(images.shape), "dtype": str(images.dtype)}
+    return epochs, images
 
 
 class _InMemory:
@@ -345,12 +355,7 @@ def row_ceiling(a: dict[str, Any]) -> dict[str, Any]:
 
     photos = _InMemory(list_photos(Path(a["photos"]), a["records"]))
     loader = torch.utils.data.DataLoader(photos, batch_size=64, shuffle=True, num_workers=a["workers"])
-    epochs = []
-    for _ in range(a["epochs"]):
-        start, n = time.perf_counter(), 0
-        for images, _labels in loader:
-            n += len(images)
-        epochs.append({"records": n, "seconds": time.perf_counter() - start})
+    epochs, _ = _timed_epochs(loader, a["epochs"])
     return {**epochs[0], "epochs": epochs}
 
 
@@ -359,19 +364,12 @@ ROWS = {"raw": row_raw, "train": row_train, "ceiling": row_ceiling}
 
 # --- the run ----------------------------------------------------------------------------------------
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _asked_bytes(request: Any, sizes: dict[str, int]) -> int:
     """Bytes a request asked the store for: a GET's range, or the whole object without one."""
     if request.method != "GET":
         return 0
-    spec = request.headers.get("range", "")
-    if spec.startswith("bytes="):
-        lo, _, hi = spec[6:].partition("-")
-        return int(hi) - int(lo) + 1 if lo and hi else 0
+    if request.headers.get("range", "").startswith("bytes="):
+        return _range_length(request)
     key = request.path.split("?", 1)[0].lstrip("/").partition("/")[2]
     return sizes.get(key, 0)
 
