@@ -16,7 +16,7 @@ from fastload.format import (
     FIELD_PREFIX, PACK_STATE_DIR, SKIPPED_REPORT_NAME, Manifest, ShardInfo, StorageKind, encode_arrays,
     encode_strings, file_digest, write_columns, write_manifest,
 )
-from fastload.format.layout import array_type
+from fastload.format.layout import FILE_COLUMNS, array_type
 
 
 def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[str, Any]],
@@ -32,7 +32,8 @@ def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[s
     columns: dict[str, np.ndarray] = {
         "label": np.array([listing.items[i].label for i in items], dtype=np.int64),
         "shard": shard_col,
-        "position": np.concatenate([np.arange(len(r["items"]), dtype=np.int64) for r in records]),
+        "position": np.concatenate([np.array(r.get("positions", range(len(r["items"]))), dtype=np.int64)
+                                    for r in records]),
         "offset": np.array([o for r in records for o in r["offsets"]], dtype=np.int64),
         "size": np.array([s for r in records for s in r["sizes"]], dtype=np.int64),
         "checksum": np.array([c for r in records for c in r["checksums"]], dtype=np.uint64),
@@ -49,22 +50,30 @@ def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[s
             columns[f"{FIELD_PREFIX}{name}.offsets"], columns[f"{FIELD_PREFIX}{name}.values"] = offsets, flat
         else:
             columns[FIELD_PREFIX + name] = np.array(values, dtype=dtype)
+    for name in listing.file_fields:
+        for part, dtype in FILE_COLUMNS.items():
+            columns[f"{FIELD_PREFIX}{name}.{part}"] = np.array(
+                [v for r in records for v in r["files"][name][part + "s"]], dtype=dtype)
     index = write_columns(out, columns)
     shards, first = [], 0
     for r in records:
         n = len(r["items"])
-        digest = file_digest(columns["checksum"][first:first + n].tobytes())
-        shards.append(ShardInfo(file=r["file"], num_records=n, bytes=r["bytes"], data_bytes=sum(r["sizes"]),
-                                records_digest=digest, data_offset=r["data_offset"]))
+        checksums = [columns["checksum"][first:first + n].tobytes()]
+        checksums += [columns[f"{FIELD_PREFIX}{name}.checksum"][first:first + n].tobytes()
+                      for name in listing.file_fields]
+        files_bytes = sum(sum(r["files"][name]["sizes"]) for name in listing.file_fields)
+        shards.append(ShardInfo(file=r["file"], num_records=n, bytes=r["bytes"],
+                                data_bytes=sum(r["sizes"]) + files_bytes, records_digest=file_digest(b"".join(checksums)),
+                                data_offset=r["data_offset"], num_entries=r.get("entries", n)))
         first += n
     report_path = write_skipped_report(out, skipped)
     is_images = all(listing.items[i].rel.lower().endswith(IMAGE_EXTENSIONS) for i in items)
     from fastload import __version__
 
     manifest = Manifest(
-        storage=storage, num_records=len(items), total_bytes=int(columns["size"].sum()),
+        storage=storage, num_records=len(items), total_bytes=sum(shard.data_bytes for shard in shards),
         kind="images" if is_images else "files", classes=listing.classes, shards=shards, index=index,
-        fields=dict(listing.fields),
+        fields={**listing.fields, **listing.file_fields},
         packed={"source": str(listing.root), "layout": listing.layout,
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "fastload_version": __version__, "reencode": options["reencode"],

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from converters.checks import InvalidFile, check_image
+from converters.file_fields import FileFacts, check_record_files
 from converters.finalize import finalize
 from converters.interrupt import interrupt_between_files
 from converters.out_dir import (
@@ -64,7 +65,8 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
          layout: Layout = "auto", check: Literal["header", "decode"] = "header",
          max_pixels: int = MAX_PIXELS, restart_markers: bool = False,
          max_file_size: str | int = MAX_FILE_SIZE, storage_options: dict[str, Any] | None = None,
-         staging: str | os.PathLike[str] | None = None, sidecars: bool = False) -> PackReport:
+         staging: str | os.PathLike[str] | None = None, sidecars: bool = False,
+         file_columns: list[str] | tuple[str, ...] = ()) -> PackReport:
     """Pack a folder or file list into a fastload dataset; see ``fastload pack --help``.
 
     Returns a PackReport (``already_packed`` when OUT holds this exact pack). Raises SourceError /
@@ -75,7 +77,10 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
     SRC and OUT may be object-store URLs (``s3://bucket/images/``), reached with
     ``storage_options``; a pack to a store is written in the local ``staging`` folder and each
     shard uploaded as it finishes (see converters.upload). ``sidecars``: a folder's ``.json`` and
-    ``.txt`` files beside each image, of its basename, become its fields (see converters.sidecars).
+    ``.txt`` files beside each image, of its basename, become its fields, and other images or
+    ``.npy`` files of its basename its file fields (see converters.sidecars). ``file_columns``: the
+    columns of a file list that name more files of each record (a mask, a depth map), packed beside
+    its file as file fields (see converters.file_fields).
     """
     started = time.perf_counter()
     src_store = RemoteStore(str(src), storage_options) if is_remote(src) else None
@@ -93,9 +98,9 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
                              restart_markers, max_file_size)
     exts = normalize_extensions(extensions)
     if src_store is not None:
-        if sidecars:
-            raise SourceError(f"{src}: --sidecars reads files beside each image in a local folder; a store "
-                              "prefix as SRC cannot have them yet")
+        if sidecars or file_columns:
+            raise SourceError(f"{src}: --sidecars and --file-columns read local files; a store prefix as SRC "
+                              "cannot have them yet: copy it to a local folder first")
         listing = list_store_source(src_store, layout=layout, extensions=exts, on_error=on_error,
                                     max_file_size=options["max_file_size"])
     else:
@@ -107,6 +112,16 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
             from converters.sidecars import attach_sidecars
 
             attach_sidecars(listing, on_error)
+        if file_columns:
+            if listing.layout != "list":
+                raise SourceError(f"{src}: --file-columns names columns of a CSV/JSONL file list; in a folder, "
+                                  "files that share a basename form one sample with --sidecars")
+            from converters.file_fields import attach_file_columns
+
+            attach_file_columns(listing, tuple(file_columns), options["max_file_size"])
+        if options["reencode"] and options["reencode"]["max_side"] and listing.file_fields:
+            raise SourceError(f"{src}: --max-side would shrink the images but not their file fields "
+                              f"({', '.join(listing.file_fields)}), which must stay their size; pack without it")
         if out_path is not None:
             _check_out_location(src_path, listing.root, out_path)
     # Read threads do not change what is written: a resume with other --workers keeps the shards.
@@ -141,7 +156,7 @@ class _PackJob:
         """Write the shards that are not finished yet, then the index and the manifest, into ``out``;
         ``on_shard(path)`` is called with each finished shard file (kept ones first)."""
         writer = _Packer(self.listing.items, out, self.options["storage"], self.options, self.progress,
-                         self.src_store, on_shard)
+                         self.src_store, on_shard, file_types=dict(self.listing.file_fields))
         shard_records = writer.run(self.plans)
         try:
             report = finalize(out, self.options["storage"], self.listing, shard_records, self.options,
@@ -250,6 +265,7 @@ class _Loaded:
     reason: str | None = None
     checksum: int = 0
     kept_as_is: str | None = None  # why --restart-markers left this JPEG's bytes as they were
+    files: list[tuple[bytes, int, FileFacts]] | None = None  # each file field's bytes, checksum, facts
 
 
 class _Packer:
@@ -257,8 +273,9 @@ class _Packer:
 
     def __init__(self, items: list[SourceItem], out: Path, storage: StorageKind,
                  options: dict[str, Any], progress: bool | None, src_store: RemoteStore | None = None,
-                 on_shard: Callable[[Path], None] | None = None) -> None:
+                 on_shard: Callable[[Path], None] | None = None, file_types: dict[str, str] | None = None) -> None:
         self.items, self.out, self.storage, self.options = items, out, storage, options
+        self.file_types = file_types or {}  # file field → type, in the order of each item's ``files``
         self.src_store, self.on_shard = src_store, on_shard
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.journal = Journal(out)
@@ -296,7 +313,7 @@ class _Packer:
         for extra in self.out.iterdir():  # shards of an older, longer plan or another storage kind
             if SHARD_NAME.match(extra.name) and extra.name not in names:
                 remove_entry(extra)
-        total = sum(max(self.items[i].size, 0) for p in todo for i in range(p.start, p.end))
+        total = sum(self.items[i].total_size for p in todo for i in range(p.start, p.end))
         indices = [i for plan in todo for i in range(plan.start, plan.end)]
         with interrupt_between_files() as check_interrupt, \
                 progress_bar(total, self.progress) as bar, \
@@ -324,19 +341,24 @@ class _Packer:
         """Every item read and examined, in order (see converters.readahead for the two ways)."""
         workers = self.options["workers"]
         if self.decodes:
-            yield from map_in_order(pool, self._load, indices, lambda i: max(self.items[i].size, 0),
+            yield from map_in_order(pool, self._load, indices, lambda i: self.items[i].total_size,
                                     max_items=workers * 8, max_weight=_READ_AHEAD_BYTES)
             return
         if self.src_store is not None:  # small objects: batches of GETs in flight, in order
             contents = fetch_in_order(self.src_store, [(self.items[i].rel, self.items[i].size) for i in indices])
-        else:
-            contents = read_in_order([self.items[i].path for i in indices], depth=workers * 8,
+        else:  # a record's files one after the other: its image, then its file fields' files
+            contents = read_in_order([path for i in indices for path in self._paths(i)], depth=workers * 8,
                                      limit=self.options["max_file_size"])
         try:
-            for index, data in zip(indices, contents):
-                yield self._examine(index, data)
+            for index in indices:
+                data = next(contents)
+                yield self._examine(index, data, [next(contents) for _ in self.items[index].files])
         finally:
             contents.close()  # the files opened ahead
+
+    def _paths(self, index: int) -> list[Path]:
+        item = self.items[index]
+        return [item.path, *(file.path for file in item.files)]
 
     def _load(self, index: int) -> _Loaded:
         item = self.items[index]
@@ -346,11 +368,28 @@ class _Packer:
                                      self.src_store.read_ranges([(item.rel, 0, item.size)])[0])
         except OSError as exc:
             data = exc
-        return self._examine(index, data)
+        files: list[bytes | OSError] = []
+        for file in item.files:
+            try:
+                files.append(read_regular(file.path, self.options["max_file_size"]))
+            except OSError as exc:
+                files.append(exc)
+        return self._examine(index, data, files)
 
-    def _examine(self, index: int, data: bytes | OSError) -> _Loaded:
-        """Check (and re-encode, or rewrite with restart markers) one file's bytes; a reason instead of
-        bytes when it cannot be packed."""
+    def _examine(self, index: int, data: bytes | OSError, files: list[bytes | OSError] = ()) -> _Loaded:
+        """Check (and re-encode, or rewrite with restart markers) one file's bytes, then its record's
+        other ``files``; a reason instead of bytes when it cannot be packed."""
+        loaded = self._examine_file(index, data)
+        if loaded.data is None or not self.file_types:
+            return loaded
+        try:
+            loaded.files = check_record_files(self.file_types, self.items[index].files, files, loaded.width,
+                                              loaded.height, self.options["max_pixels"])
+        except InvalidFile as exc:
+            return _Loaded(index, None, reason=exc.reason)
+        return loaded
+
+    def _examine_file(self, index: int, data: bytes | OSError) -> _Loaded:
         if isinstance(data, OSError):
             return _Loaded(index, None, reason=f"unreadable file ({data.strerror or data})")
         if not self.items[index].rel.lower().endswith(IMAGE_EXTENSIONS):
@@ -376,10 +415,12 @@ class _Packer:
         """Hand one shard's payloads to the writer thread; the record is complete once it is done."""
         name = shard_name(self.storage, plan.number)
         final, tmp = self.out / name, self.work / (name + ".tmp")
-        planned = sum(max(self.items[i].size, 0) for i in range(plan.start, plan.end))
+        planned = sum(self.items[i].total_size for i in range(plan.start, plan.end))
         record: dict[str, Any] = {"digest": plan.digest, "file": name, "items": [], "sizes": [],
                                   "offsets": [], "checksums": [], "widths": [], "heights": [], "skips": [],
-                                  "kept_as_is": []}
+                                  "kept_as_is": [], "positions": [],
+                                  "files": {field: {"positions": [], "offsets": [], "sizes": [], "checksums": [],
+                                                    "widths": [], "heights": []} for field in self.file_types}}
 
         def done(file_bytes: int, data_offset: int) -> None:
             record["bytes"], record["data_offset"] = file_bytes, data_offset
@@ -393,15 +434,16 @@ class _Packer:
             return WRITERS[self.storage](tmp, planned)
 
         behind.start_shard(name, make, done, lambda: tmp.unlink(missing_ok=True))
-        offset = 0  # writers store payloads back to back: offsets are known before they are written
+        offset = position = 0  # writers store payloads back to back: offsets are known before they are written
         for _ in range(plan.start, plan.end):
             check_interrupt()  # Ctrl-C lands here (or in close) while the threads run
             got = next(loaded)
-            bar.update(max(self.items[got.index].size, 0))
+            bar.update(self.items[got.index].total_size)
             if got.data is None:
                 self._skip(got, record)
                 continue
             behind.append(got.data)
+            record["positions"].append(position)
             record["offsets"].append(offset)
             record["items"].append(got.index)
             record["sizes"].append(len(got.data))
@@ -411,6 +453,15 @@ class _Packer:
             if got.kept_as_is:
                 record["kept_as_is"].append([self.items[got.index].rel, got.kept_as_is])
             offset += len(got.data)
+            position += 1
+            for field, (data, checksum, facts) in zip(self.file_types, got.files or ()):
+                behind.append(data)  # right after its record's file: one sequential read serves both
+                for key, value in (("positions", position), ("offsets", offset), ("sizes", len(data)),
+                                   ("checksums", checksum), ("widths", facts.width), ("heights", facts.height)):
+                    record["files"][field][key].append(value)
+                offset += len(data)
+                position += 1
+        record["entries"] = position
         behind.end_shard()
         return record
 

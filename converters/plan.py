@@ -39,7 +39,7 @@ def plan_shards(items: list[SourceItem], shard_size: int, options: dict[str, Any
     ranges: list[tuple[int, int]] = []
     start, filled = 0, 0
     for i, item in enumerate(items):
-        size = max(item.size, 0)
+        size = item.total_size
         if i > start and filled + size > shard_size:
             ranges.append((start, i))
             start, filled = i, 0
@@ -51,6 +51,8 @@ def plan_shards(items: list[SourceItem], shard_size: int, options: dict[str, Any
         h = xxhash.xxh3_128(base.encode())
         for item in items[lo:hi]:
             h.update(f"\n{item.rel}\0{item.size}\0{item.mtime_ns}\0{item.label}".encode())
+            for file in item.files:  # a record's other files: a changed mask redoes its shard
+                h.update(f"\0{file.rel}\0{file.size}\0{file.mtime_ns}".encode())
         plans.append(ShardPlan(number, lo, hi, h.hexdigest()))
     return plans
 

@@ -1,35 +1,45 @@
 """Files beside each image that share its basename, as its fields (``fastload pack --sidecars``).
 
-As in WebDataset, ``0001.jpg`` with ``0001.json`` and ``0001.txt`` beside it is one sample: the JSON
-object's keys become fields (numbers, text, lists as typed arrays: see converters.sources._field), and
-the text file is the field ``txt``. Once one image has a sidecar of a kind, every image must: a
-missing one is an error naming the image, or with ``--on-error skip`` the image is skipped and
-reported. The sidecars are counted as fields, not as ignored files.
+As in WebDataset, ``0001.jpg`` with ``0001.json``, ``0001.txt``, ``0001.png`` and ``0001.npy`` beside
+it is one sample: the JSON object's keys become fields (numbers, text, lists as typed arrays: see
+converters.sources._field), the text file is the field ``txt``, and another image or a ``.npy`` of
+the basename a file field named by its extension (``png``: a mask, say; see
+converters.file_fields). When a basename has several images, the JPEG is the sample's image.
+Once one image has a sidecar of a kind, every image must: a missing one is an error naming the
+image, or with ``--on-error skip`` the image is skipped and reported. The sidecars are counted as
+fields, not as ignored files.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from converters.sources import Skip, SourceListing, _field
+from converters.sources import Skip, SourceItem, SourceListing, _field
 from fastload.errors import SourceError
 from fastload.format.files import read_regular
 
 SIDECAR_KINDS = (".json", ".txt")
+FILE_SIDECARS = (".npy",)  # files beside an image that are file fields, besides other images
+_JPEG = (".jpg", ".jpeg")
 MAX_SIDECAR_BYTES = 16 * 2**20
-RESERVED = ("path", "label", "image")  # names a sample already has
+RESERVED = ("path", "label", "image")  # names a sample already has (file fields' names are taken too)
 
 
 def attach_sidecars(listing: SourceListing, on_error: str) -> None:
-    """Read each item's sidecars into ``listing.fields`` / ``field_values``; drop (under
-    ``on_error="skip"``) or refuse items whose sidecars are missing or unreadable."""
+    """Read each item's sidecars into ``listing.fields`` / ``field_values`` and its other files of
+    its basename into file fields; drop (under ``on_error="skip"``) or refuse items whose sidecars
+    are missing or unreadable."""
+    files = _attach_file_sidecars(listing, on_error)
     found = {kind: [_beside(Path(item.path), kind) for item in listing.items] for kind in SIDECAR_KINDS}
     kinds = [kind for kind in SIDECAR_KINDS if any(p is not None for p in found[kind])]
     if not kinds:
-        raise SourceError(f"{listing.root}: --sidecars, but no image has a .json or .txt file of its basename "
-                          "beside it (0001.jpg + 0001.json)")
+        if files:
+            return
+        raise SourceError(f"{listing.root}: --sidecars, but no image has a file of its basename beside it "
+                          "(0001.jpg + 0001.json, .txt, .png or .npy)")
     rows: list[tuple[str, dict[str, Any]]] = []
     kept = []
     for k, item in enumerate(listing.items):
@@ -40,7 +50,7 @@ def attach_sidecars(listing: SourceListing, on_error: str) -> None:
                 if path is None:
                     raise SourceError(f"{item.path}: no {Path(item.rel).stem}{kind} beside it, though other "
                                       f"images have one; add it, or pass --on-error skip")
-                row.update(_read(path, kind))
+                row.update(_read(path, kind, (*RESERVED, "txt", *files)))
         except SourceError as exc:
             if on_error != "skip":
                 raise
@@ -58,12 +68,65 @@ def attach_sidecars(listing: SourceListing, on_error: str) -> None:
         listing.fields[name], listing.field_values[name] = _field(listing.root, rows, name)
 
 
+def _attach_file_sidecars(listing: SourceListing, on_error: str) -> list[str]:
+    """Images and ``.npy`` files sharing an image's basename become its file fields (named by
+    extension); returns their names."""
+    from converters.file_fields import first_type, source_file
+
+    groups: dict[str, list[SourceItem]] = {}
+    for item in listing.items:
+        groups.setdefault(str(Path(item.path).with_suffix("")), []).append(item)
+    images = {stem: _primary(group) for stem, group in groups.items()}
+    others = {stem: {Path(i.path).suffix.lower(): i.path for i in group if i is not images[stem]}
+              for stem, group in groups.items()}
+    for stem, image in images.items():
+        for kind in FILE_SIDECARS:
+            if (path := _beside(Path(image.path), kind)) is not None:
+                others[stem][kind] = path
+    kinds = sorted({kind for found in others.values() for kind in found})
+    names = [kind.lstrip(".") for kind in kinds]
+    if not kinds:
+        return []
+    kept = []
+    for stem, image in images.items():
+        missing = [kind for kind in kinds if kind not in others[stem]]
+        if missing:
+            reason = (f"no {Path(image.rel).stem}{missing[0]} beside it, though other images have one; "
+                      "add it, or pass --on-error skip")
+            if on_error != "skip":
+                raise SourceError(f"{image.path}: {reason}")
+            listing.skipped.append(Skip(image.rel, reason))
+            continue
+        files = tuple(source_file(Path(others[stem][kind]), Path(image.rel).with_suffix(kind).as_posix(), None)
+                      for kind in kinds)
+        kept.append(replace(image, files=files))
+    for kind in kinds:
+        if kind in listing.ignored:  # not an image: it was counted as a file left out
+            listing.ignored[kind] -= sum(kind in found for found in others.values())
+            if listing.ignored[kind] <= 0:
+                del listing.ignored[kind]
+    listing.items = kept
+    for column, name in enumerate(names):
+        listing.file_fields[name] = first_type(listing, column, name)
+    return names
+
+
+def _primary(group: list[SourceItem]) -> SourceItem:
+    """The sample's image among the images of one basename: its JPEG, else the only one."""
+    jpegs = [item for item in group if Path(item.rel).suffix.lower() in _JPEG]
+    if len(group) > 1 and len(jpegs) != 1:
+        raise SourceError(f"{group[0].path.with_suffix('')}.*: {len(group)} images share this basename and "
+                          "none (or more than one) is a JPEG, so which is the sample's image is unclear; pack "
+                          "them from a CSV list with --file-columns instead")
+    return jpegs[0] if len(group) > 1 else group[0]
+
+
 def _beside(image: Path, kind: str) -> Path | None:
     path = image.with_suffix(kind)
     return path if path.is_file() else None
 
 
-def _read(path: Path, kind: str) -> dict[str, Any]:
+def _read(path: Path, kind: str, taken: tuple[str, ...]) -> dict[str, Any]:
     try:
         raw = read_regular(path, MAX_SIDECAR_BYTES)
     except OSError as exc:
@@ -80,8 +143,8 @@ def _read(path: Path, kind: str) -> dict[str, Any]:
         raise SourceError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
     if not isinstance(value, dict):
         raise SourceError(f"{path}: must hold a JSON object (its keys become fields), not {type(value).__name__}")
-    clash = [key for key in value if key in RESERVED or key == "txt"]
+    clash = [key for key in value if key in taken]
     if clash:
-        raise SourceError(f"{path}: key {clash[0]!r} is taken (a sample already has path, label, image, txt); "
+        raise SourceError(f"{path}: key {clash[0]!r} is taken (a sample already has {', '.join(taken)}); "
                           "rename it")
     return value

@@ -31,19 +31,37 @@ from fastload.format.layout import IMAGE_EXTENSIONS
 Layout = Literal["auto", "imagefolder", "flat", "list"]
 LIST_SUFFIXES = (".csv", ".jsonl")
 _INT64 = (-(2**63), 2**63 - 1)
+_BOOLS = {True: True, False: False, "true": True, "false": False}
 _LOOP = "symlink loop (a link to a folder that contains it)"
 _FolderKey = tuple[int, int]  # (st_dev, st_ino): one real folder, however it is reached
 
 
 @dataclass(frozen=True)
+class SourceFile:
+    """One more file of a record (a mask, a depth map): where it is, its path as listed, its size."""
+
+    path: Path
+    rel: str
+    size: int  # -1: could not be examined (reported, naming its record, when read)
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
 class SourceItem:
-    """One file to pack: where it is, its path relative to SRC, its label and its size."""
+    """One file to pack: where it is, its path relative to SRC, its label and its size; ``files``:
+    its record's other files, one per file field (``SourceListing.file_fields``), in that order."""
 
     path: Path
     rel: str
     label: int
     size: int
     mtime_ns: int
+    files: tuple[SourceFile, ...] = ()
+
+    @property
+    def total_size(self) -> int:
+        """Bytes of the record's files together (what the shard plan counts)."""
+        return max(self.size, 0) + sum(max(f.size, 0) for f in self.files)
 
 
 @dataclass(frozen=True)
@@ -64,6 +82,7 @@ class SourceListing:
     classes: list[str] | None
     fields: dict[str, str] = field(default_factory=dict)  # extra field → dtype
     field_values: dict[str, list[Any]] = field(default_factory=dict)  # extra field → one value per item
+    file_fields: dict[str, str] = field(default_factory=dict)  # file field → type (items' ``files``, in order)
     skipped: list[Skip] = field(default_factory=list)  # bad entries, and links to folders listed already
     ignored: Counter[str] = field(default_factory=Counter)  # extension → count, not selected
 
@@ -433,12 +452,15 @@ def _as_int(value: Any) -> int | None:
 
 
 def _field(src: Path, rows: list, name: str) -> tuple[str, list[Any]]:
-    """An extra column's dtype (int64, float64, str, or an array type such as ``float64[*,4]``)
-    and its values, one per row."""
+    """An extra column's dtype (int64, float64, bool, str, or an array type such as
+    ``float64[*,4]``) and its values, one per row."""
     values = [row.get(name) for _, row in rows]
     lists = [_as_list(v) for v in values]
     if any(v is not None for v in lists):
         return _array_field(src, rows, name, values, lists)
+    flags = [_BOOLS.get(v.lower()) if isinstance(v, str) else v if isinstance(v, bool) else None for v in values]
+    if values and all(flag is not None for flag in flags):  # JSON true/false, or a CSV's "true"/"false"
+        return "bool", flags
     ints = [_as_int(v) for v in values]
     if all(v is not None for v in ints):
         huge = [i for i, v in enumerate(ints) if not _INT64[0] <= v <= _INT64[1]]

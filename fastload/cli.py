@@ -10,6 +10,7 @@ from typing import Any
 
 from fastload.config import format_size
 from fastload.errors import FastloadError
+from fastload.format.layout import FILE_TYPES
 
 
 def _count(n: int, noun: str) -> str:
@@ -38,7 +39,8 @@ def _pack(args: argparse.Namespace) -> int:
                   quality=args.quality, overwrite=args.overwrite, progress=False if args.quiet else None,
                   layout=args.layout, check=args.check, max_pixels=args.max_pixels,
                   restart_markers=args.restart_markers, max_file_size=args.max_file_size,
-                  storage_options=_storage_options(args), staging=args.staging, sidecars=args.sidecars)
+                  storage_options=_storage_options(args), staging=args.staging, sidecars=args.sidecars,
+                  file_columns=[c for c in (args.file_columns or "").split(",") if c])
     print(report.summary())
     return 0
 
@@ -73,8 +75,13 @@ def _info(args: argparse.Namespace) -> int:
         print(f"  {_count(info['labels'], 'distinct label')} (no class names)")
     if info["unlabeled"]:
         print(f"  unlabeled records: {info['unlabeled']}")
-    if info["fields"]:
-        print("  extra fields: " + ", ".join(f"{k} ({v})" for k, v in info["fields"].items()))
+    files = {k: v for k, v in info["fields"].items() if v in FILE_TYPES}
+    values = {k: v for k, v in info["fields"].items() if k not in files}
+    if values:
+        print("  extra fields: " + ", ".join(f"{k} ({v})" for k, v in values.items()))
+    if files:
+        print("  file fields (a file per record, beside its own): "
+              + ", ".join(f"{k} ({v})" for k, v in files.items()))
     for s in info["shards"]:
         print(f"  {s['file']}: {_count(s['records'], 'record')}, {format_size(s['bytes'])}")
     return 0
@@ -89,7 +96,8 @@ def _verify(args: argparse.Namespace) -> int:
     for bad in report.bad:
         print(f"BAD {bad}", file=sys.stderr)
     status = "OK" if report.ok else "FAILED"
-    print(f"{status}: {report.checked} of {_count(report.num_records, 'record')} checked"
+    fields = f" with their file fields ({', '.join(report.file_fields)})" if report.file_fields else ""
+    print(f"{status}: {report.checked} of {_count(report.num_records, 'record')} checked{fields}"
           f"{' and decoded' if args.decode else ''}, {len(report.bad)} bad, "
           f"{_count(len(report.problems), 'dataset problem')}")
     return 0 if report.ok else 1
@@ -237,7 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="per-file check: header + end marker (fast, default) or full decode")
     p.add_argument("--sidecars", action="store_true",
                    help="files beside each image of its basename are its fields: 0001.json's keys, "
-                        "0001.txt as field 'txt' (as WebDataset groups them)")
+                        "0001.txt as field 'txt', 0001.png (a mask) or 0001.npy as file fields "
+                        "'png', 'npy' (as WebDataset groups them)")
+    p.add_argument("--file-columns", default=None, metavar="NAMES",
+                   help="a file list's columns (comma-separated) naming more files of each record, "
+                        "packed beside its image: --file-columns mask,depth")
     p.add_argument("--restart-markers", action="store_true",
                    help="rewrite JPEGs losslessly (same pixels) with restart markers, so random crops "
                         "decode from the blocks under them alone: ~11%% less time per train crop, "

@@ -22,7 +22,7 @@ class ImageBatch(list):
     """
 
     skipped: int | None = None
-    fields: dict[str, Any] | None = None  # the batch as a dict of fields (PackedDataset(fields=...))
+    fields: dict[str, Any] | tuple[Any, ...] | None = None  # the batch's fields (PackedDataset(fields=...))
     samples: list[dict[str, Any]] | None = None  # each sample's fields before collation
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
@@ -49,13 +49,16 @@ def collate_field(dtype: str, values: list[Any], pad: float | None = None) -> An
     """One field of a batch, by its type (see fastload.format.layout): numbers as a tensor, text as
     a list of str, arrays stacked when they share a shape, else a list of tensors, or with ``pad``
     a ``(padded tensor, lengths)`` pair (``N×max×…``, filled with ``pad``)."""
-    from fastload.format.layout import array_type
+    from fastload.format.layout import FILE_TYPES, array_type
 
-    if dtype == "str":
+    if dtype in ("str", "file"):
         return list(values)
+    if dtype in FILE_TYPES:  # decoded files: tensors stacked when they share a shape, else a list
+        same = all(isinstance(v, torch.Tensor) for v in values) and len({v.shape for v in values}) == 1
+        return torch.stack(values) if same else list(values)
     kind = array_type(dtype)
     if kind is None:
-        return torch.tensor(values, dtype=torch.float64 if dtype == "float64" else torch.int64)
+        return torch.tensor(values, dtype={"float64": torch.float64, "bool": torch.bool}.get(dtype, torch.int64))
     arrays = [torch.from_numpy(np.array(v)) for v in values]  # copies: the index columns stay read-only
     if pad is None:
         same = len({tuple(a.shape) for a in arrays}) <= 1

@@ -68,7 +68,10 @@ class PackedDataset(torch.utils.data.Dataset):
             a resume). See :mod:`fastload.user_transforms`, and :mod:`fastload.augment` for ready-made ones.
         fields: return each sample as a dict of these fields (``"image"``, ``"label"`` and any the
             pack stored, see ``fastload info``), and batches as dicts collated by each field's type
-            (numbers as tensors, text as lists, arrays stacked or listed).
+            (numbers as tensors, text as lists, arrays stacked or listed). File fields are read and
+            decoded too (see :mod:`fastload.file_fields`): with ``image_size``, masks and other
+            fields of the image's size get its crop and flip.
+        sample_as: ``"dict"``, or ``"tuple"``: samples and batches as tuples in the order of ``fields``.
         pad_fields: ``{name: value}``: variable-length array fields to pad into one
             ``N×max×…`` tensor (plus ``<name>_lengths``) instead of a list.
         boxes: with ``image_size``, the field of boxes (``x0, y0, x1, y1`` in the image's pixels)
@@ -98,7 +101,8 @@ class PackedDataset(torch.utils.data.Dataset):
                  cache_policy: Literal["keep", "lru"] = "keep",
                  sample_transform: SampleTransform | None = None, decode: FileDecode = "bytes",
                  fields: Sequence[str] | None = None, pad_fields: Mapping[str, float] | None = None,
-                 boxes: str | None = None, box_fields: Sequence[str] = ()) -> None:
+                 boxes: str | None = None, box_fields: Sequence[str] = (),
+                 sample_as: Literal["dict", "tuple"] = "dict") -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error={on_error!r}: must be 'raise' or 'skip'")
         self.on_error = on_error
@@ -132,14 +136,20 @@ class PackedDataset(torch.utils.data.Dataset):
         if self.pipeline is not None and self.manifest.kind != "images":
             raise ValueError(f"{self.root}: holds files that are not all images; the built-in "
                              "image pipeline (image_size=) needs an image dataset")
-        if fields is None and (pad_fields or boxes or box_fields):
-            raise ValueError("pad_fields=, boxes= and box_fields= are about dict samples: pass fields= too")
+        if sample_as not in ("dict", "tuple"):
+            raise ValueError(f"sample_as={sample_as!r}: must be 'dict' or 'tuple'")
+        if fields is None and (pad_fields or boxes or box_fields or sample_as != "dict"):
+            raise ValueError("pad_fields=, boxes=, box_fields= and sample_as= are about samples with fields: "
+                             "pass fields= too")
         if fields is not None and self.target_transform is not None:
             raise ValueError("fields= gives dict samples; target_transform= is for (image, label) samples: "
                              "change the 'label' entry in a sample_transform or batch_transform instead")
         self._fields = None if fields is None else SampleFields(
             self.manifest, self.index, fields, pad_fields, boxes, box_fields,
-            cropped=self.pipeline is not None, where=str(self.root))
+            cropped=self.pipeline is not None, where=str(self.root), as_tuple=sample_as == "tuple",
+            max_pixels=self.max_pixels)
+        if self._fields is not None:
+            self._fields.reader = self.reader
         if decode != "bytes" and self.manifest.kind == "images":
             raise ValueError(f"decode={decode!r} is for datasets of other files; {self.root} holds images: "
                              "they decode with image_size= (or transform= on a PIL image)")
@@ -185,7 +195,7 @@ class PackedDataset(torch.utils.data.Dataset):
         self._decoder = None
         self._open()
         if self._fields is not None:
-            self._fields.index = self.index
+            self._fields.index, self._fields.reader = self.index, self.reader
 
     def __len__(self) -> int:
         return self.manifest.num_records
@@ -226,6 +236,8 @@ class PackedDataset(torch.utils.data.Dataset):
         }
         for name in self.index.fields:
             out[name] = self.index.field(name, i)
+        for name in self.index.files:
+            out[name] = self.reader.read(i, name)  # a file field: its stored bytes
         return out
 
     def _key(self, key: int | SampleKey | tuple[int, int, int]) -> tuple[int, int, int]:
@@ -299,21 +311,25 @@ class PackedDataset(torch.utils.data.Dataset):
                       failed: dict[int, CorruptRecordError] | None) -> list[Any]:
         """:meth:`_read_batch` for the built-in image pipeline: each decode thread reads too."""
         indices = [p[0] for p in parsed]
-        if len(indices) > 1:
-            self.reader.will_read(indices)  # the whole batch's reads in flight, not one per thread
+        files = self._fields.files if self._fields is not None else ()
+        if len(indices) > 1:  # the whole batch's reads in flight, not one per thread
+            for field in (None, *files):
+                self.reader.will_read(indices, field)
         undecoded: dict[int, CorruptRecordError] | None = None if failed is None else {}
         read = self.reader.prefetched(indices)  # a remote batch is fetched here, all at once
-        plans: list[Any] = [None] * len(parsed)
+        values = None
+        if self._fields is not None:
+            sample_fields, reads = self._fields, {name: self.reader.prefetched(indices, name) for name in files}
+            values = lambda i, plan, at: sample_fields.values(i, plan, at, reads)  # noqa: E731
         batch = decode_batch(pipeline, read, parsed, self.index.width[indices],
                              self.index.height[indices], self.index.label[indices],
                              self.decoder, self.reader.where, max_pixels=self.max_pixels,
-                             failed=undecoded, sample_transform=self.sample_transform, plans=plans)
+                             failed=undecoded, sample_transform=self.sample_transform, values=values)
         if failed is not None and undecoded:
             failed.update((indices[k], exc) for k, exc in undecoded.items())
             indices = [i for k, i in enumerate(indices) if k not in undecoded]
-            plans = [p for k, p in enumerate(plans) if k not in undecoded]
         if self._fields is not None:
-            self._fields.into_batch(batch, indices, plans, self.reader.where)
+            self._fields.into_batch(batch, batch.samples)
             return batch
         if self.target_transform is not None:
             return [(image, self._target(i, label)) for i, (image, label) in zip(indices, batch)]

@@ -199,6 +199,15 @@ def image_size(data: bytes, *, where: str = "", max_pixels: int = MAX_PIXELS) ->
         return _open(data, where, max_pixels).size
 
 
+def decode_as_stored(data: bytes, *, where: str = "", max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """The whole image decoded in its own mode (a mask's class ids stay as stored); errors as
+    :func:`decode_rgb`'s."""
+    with _record_errors(data, where):
+        img = _open(data, where, max_pixels)
+        _load(img, data, where)
+        return img
+
+
 def decode_rgb(data: bytes, *, where: str = "", max_pixels: int = MAX_PIXELS) -> Image.Image:
     """The whole image decoded to an RGB Pillow image (the torchvision-style path).
 

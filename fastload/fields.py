@@ -1,14 +1,16 @@
-"""Samples with fields: a PackedDataset's ``fields=`` as dict samples and dict batches.
+"""Samples with fields: a PackedDataset's ``fields=`` as dict (or tuple) samples and batches.
 
-The fields asked for are ``"image"``, ``"label"`` and any the pack stored (numbers, text, arrays:
-see fastload.format.layout). A sample is a dict of them; a batch is collated field by field by
-type (:func:`fastload.collate.collate_field`); ``boxes`` names an array field of boxes that the
-built-in crop moves as it moves the pixels (:func:`fastload.transforms.boxes_through_crop`).
+The fields asked for are ``"image"``, ``"label"`` and any the pack stored (numbers, text, arrays,
+file fields: see fastload.format.layout). A sample is a dict of them; a batch is collated field by
+field by type (:func:`fastload.collate.collate_field`). The built-in crop moves what lies on the
+image with its pixels: file fields of its size (masks, second images, depth maps:
+:mod:`fastload.file_fields`) and ``boxes``, an array field of boxes
+(:func:`fastload.transforms.boxes_through_crop`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,8 +18,9 @@ import torch
 
 from fastload.collate import ImageBatch, collate_field
 from fastload.errors import CorruptRecordError
+from fastload.file_fields import decode_file_field
 from fastload.format import Manifest, RecordIndex
-from fastload.format.layout import array_type
+from fastload.format.layout import FILE_TYPES, array_type
 from fastload.transforms import CropPlan, boxes_through_crop
 
 
@@ -33,11 +36,13 @@ class SampleFields:
         box_fields: fields with one row per box, filtered with the boxes.
         cropped: the dataset runs the built-in crop (``image_size=``).
         where: names the dataset in messages.
+        as_tuple: samples and batches are tuples in the order of ``names``, not dicts.
+        max_pixels: the dataset's limit, for images in file fields too.
     """
 
     def __init__(self, manifest: Manifest, index: RecordIndex, names: Sequence[str],
                  pad: Mapping[str, float] | None, boxes: str | None, box_fields: Sequence[str], *,
-                 cropped: bool, where: str) -> None:
+                 cropped: bool, where: str, as_tuple: bool = False, max_pixels: int) -> None:
         if isinstance(names, str):
             raise TypeError(f"fields={names!r}: pass a sequence of names, e.g. fields=({names!r},)")
         self.types: dict[str, str] = {"image": "image", "label": "int64", **manifest.fields}
@@ -46,6 +51,9 @@ class SampleFields:
             raise ValueError(f"fields={tuple(names)!r}: {where} has no field {unknown[0]!r}; it has "
                              f"{', '.join(self.types)}" if unknown else "fields=(): ask for at least one field")
         self.names, self.index = tuple(names), index
+        self.reader: Any = None  # the dataset's reader, attached by it (file fields are read with it)
+        self.as_tuple, self.max_pixels = as_tuple, max_pixels
+        self.files = tuple(name for name in self.names if name != "image" and self.types[name] in FILE_TYPES)
         variable = [n for n in self.names if (k := array_type(self.types[n])) and k[1] is None]
         for name in pad or {}:
             if name not in variable:
@@ -56,7 +64,7 @@ class SampleFields:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["index"] = None  # the dataset re-opens its index where it is unpickled, and attaches it
+        state["index"] = state["reader"] = None  # the dataset re-opens them where it is unpickled
         return state
 
     def _check_boxes(self, boxes: str | None, aligned: tuple[str, ...], cropped: bool,
@@ -83,11 +91,20 @@ class SampleFields:
         """Record ``i``'s stored value of field ``name`` (arrays as read-only views of the index)."""
         return int(self.index.label[i]) if name == "label" else self.index.field(name, i)
 
-    def values(self, i: int, plan: CropPlan | None, where: str) -> dict[str, Any]:
-        """Record ``i``'s stored fields other than image and label; with ``boxes``, the boxes moved
-        by the crop ``plan`` (clipped, mirrored; those left without area dropped with their rows of
-        ``box_fields``). ``where`` names the record in errors."""
-        values = {name: self.value(name, i) for name in self.names if name not in ("image", "label")}
+    def values(self, i: int, plan: CropPlan | None, where: str,
+               reads: Mapping[str, Callable[[int], bytes]] | None = None) -> dict[str, Any]:
+        """Record ``i``'s stored fields other than image and label, file fields read (``reads``:
+        a file field's batch, fetched already) and decoded; with a crop ``plan``, the file fields
+        of the image's size cut as its pixels are, and the ``boxes`` moved (clipped, mirrored;
+        those left without area dropped with their rows of ``box_fields``). ``where`` names the
+        record in errors."""
+        values = {name: self.value(name, i) for name in self.names
+                  if name not in ("image", "label") and name not in self.files}
+        for name in self.files:
+            data = reads[name](i) if reads else self.reader.read(i, name)
+            spatial = plan is not None and int(self.index.files[name].width[i]) >= 0
+            values[name] = decode_file_field(self.types[name], data, plan if spatial else None,
+                                             where=self.reader.where(i, name), max_pixels=self.max_pixels)
         if self.boxes is not None and plan is not None:
             moved, keep = boxes_through_crop(values[self.boxes], plan)
             for name in self.box_fields:
@@ -99,17 +116,20 @@ class SampleFields:
                 values[name] = np.asarray(values[name])[keep]
         return values
 
-    def sample(self, image: Any, label: Any, values: dict[str, Any]) -> dict[str, Any]:
-        """One sample as the dict of the fields asked for, arrays as tensors (copies: the index's
-        views are read-only)."""
+    def sample(self, image: Any, label: Any, values: dict[str, Any]) -> Any:
+        """One sample as the dict (or tuple) of the fields asked for, arrays as tensors (copies: the
+        index's views are read-only)."""
         out = {name: image if name == "image" else label if name == "label" else values[name]
                for name in self.names}
-        return {k: torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v for k, v in out.items()}
+        out = {k: torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v for k, v in out.items()}
+        return tuple(out.values()) if self.as_tuple else out
 
-    def collate(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
-        """Dict samples into one batch: numbers as tensors, text as lists of str, arrays stacked when
-        they share a shape, else lists, or padded with ``<name>_lengths`` (``pad``); images stacked
-        when they are tensors of one shape."""
+    def collate(self, samples: list[Any]) -> Any:
+        """Samples into one batch: numbers as tensors, text as lists of str, arrays stacked when
+        they share a shape, else lists, or padded with ``<name>_lengths`` (``pad``); images and
+        file fields stacked when they are tensors of one shape."""
+        if self.as_tuple:
+            samples = [dict(zip(self.names, s)) for s in samples]
         out: dict[str, Any] = {}
         for name in self.names:
             values = [s[name] for s in samples]
@@ -118,13 +138,18 @@ class SampleFields:
                 out[name] = torch.stack(values) if tensors and len({v.shape for v in values}) == 1 else values
             else:
                 self._collate_into(out, name, values)
-        return out
+        return self.batch_as_asked(out)
 
-    def into_batch(self, batch: ImageBatch, indices: list[int], plans: list[CropPlan | None],
-                   where: Any) -> None:
-        """Give a decoded batch its dict of fields (its images and labels as they are) and each
-        sample's values (``where(i)`` names record ``i`` in errors)."""
-        samples = [self.values(i, plan, where(i)) for i, plan in zip(indices, plans)]
+    def batch_as_asked(self, out: dict[str, Any]) -> Any:
+        """The collated fields as a dict, or as a tuple in the order asked (a padded field: its
+        ``(padded, lengths)`` pair in its place)."""
+        if not self.as_tuple:
+            return out
+        return tuple((out[name], out[f"{name}_lengths"]) if name in self.pad else out[name] for name in self.names)
+
+    def into_batch(self, batch: ImageBatch, samples: list[dict[str, Any]]) -> None:
+        """Give a decoded batch its fields (its images and labels as they are), collated from each
+        sample's ``values`` (computed in the decode threads)."""
         out: dict[str, Any] = {}
         for name in self.names:
             if name == "image":
@@ -133,7 +158,7 @@ class SampleFields:
                 out[name] = batch.labels
             else:
                 self._collate_into(out, name, [s[name] for s in samples])
-        batch.fields, batch.samples = out, samples
+        batch.fields, batch.samples = self.batch_as_asked(out), samples
 
     def _collate_into(self, out: dict[str, Any], name: str, values: list[Any]) -> None:
         collated = collate_field(self.types[name], values, self.pad.get(name))

@@ -110,7 +110,7 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
                  max_pixels: int = MAX_PIXELS,
                  failed: dict[int, CorruptRecordError] | None = None,
                  sample_transform: SampleTransform | None = None,
-                 plans: list[CropPlan | None] | None = None) -> ImageBatch:
+                 values: Callable[[int, CropPlan, str], dict[str, Any]] | None = None) -> ImageBatch:
     """Read (``read(record index)``) and decode records ``keys`` into one preallocated
     ``N×3×H×W`` uint8 batch.
 
@@ -119,13 +119,15 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
     never all held at once. A record that cannot be read or decoded raises CorruptRecordError
     naming it; with a ``failed`` dict, its error is put there under its position in ``keys``
     and the batch holds the others. ``sample_transform`` runs on each decoded sample in the same
-    thread (see :mod:`fastload.user_transforms`). ``plans``: a list of ``len(keys)`` to hold
-    each sample's crop plan (for fields that follow the image: boxes).
+    thread (see :mod:`fastload.user_transforms`). ``values(index, plan, where)``: a sample's
+    other fields (masks and boxes through its crop ``plan``), computed in the same thread, given
+    to ``sample_transform`` with the image, and kept in the batch's ``samples``.
     """
     out_h, out_w = pipeline.out_size
     images = new_image_batch(len(keys), out_h, out_w)
     if sample_transform is not None:
         labels = np.array(labels, dtype=np.int64)  # a transform may change a sample's label
+    samples: list[dict[str, Any]] = [{} for _ in keys]
 
     def one(k: int) -> None:
         index = keys[k][0]
@@ -134,13 +136,14 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
             at = where(index)
             plan, _, _ = pipeline.plan_record(payload, keys[k], int(widths[k]), int(heights[k]),
                                               where=at, max_pixels=max_pixels)
-            if plans is not None:
-                plans[k] = plan
             # An HWC view of this sample's CHW slot: the decoder writes pixels straight into the batch.
             decode_crop(payload, plan, out=images[k].permute(1, 2, 0).numpy(), where=at,
                         max_pixels=max_pixels)
+            if values is not None:
+                samples[k] = values(index, plan, at)
             if sample_transform is not None:
-                labels[k] = apply_sample_transform(sample_transform, images[k], keys[k], int(labels[k]), at)
+                labels[k] = apply_sample_transform(sample_transform, images[k], keys[k], int(labels[k]), at,
+                                                   samples[k])
         except CorruptRecordError as exc:
             if failed is None:
                 raise
@@ -154,4 +157,7 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
         kept = new_image_batch(len(keep), out_h, out_w)
         torch.index_select(images, 0, keep, out=kept)
         images, labels_t = kept, labels_t[keep]
-    return ImageBatch(images, labels_t)
+        samples = [sample for k, sample in enumerate(samples) if k not in failed]
+    batch = ImageBatch(images, labels_t)
+    batch.samples = samples
+    return batch

@@ -1,8 +1,9 @@
 """Your own augmentations inside fastload's pipeline, reproducible however the work is split.
 
 - ``sample_transform(sample, generator)`` runs in the decode threads (or workers) on each decoded
-  sample: ``sample`` is ``{"image": uint8 3×H×W tensor, "label": int, "index": int}``, the image a
-  view of its slot in the batch; it returns the sample (image of the same shape, uint8).
+  sample: ``sample`` is ``{"image": uint8 3×H×W tensor, "label": int, "index": int}`` plus the
+  dataset's ``fields=`` (a mask, boxes: after the crop), the image a view of its slot in the
+  batch; it returns the sample (image of the same shape, uint8; the other fields as it left them).
 - ``batch_transform(batch, generator)`` runs on each delivered ``(images, labels)`` batch, on the
   loader's device, after ``mean``/``std``; it returns the batch.
 
@@ -44,11 +45,12 @@ def _seeded(stream: int, epoch: int, position: int, device: torch.device | str) 
 
 
 def apply_sample_transform(fn: SampleTransform, image: torch.Tensor, key: tuple[int, int, int], label: int,
-                           where: str) -> int:
-    """Run ``fn`` on one decoded sample (``image``: its uint8 slot in the batch, written in place);
-    returns its label (a transform may change it). Errors name the record."""
+                           where: str, values: dict[str, Any] | None = None) -> int:
+    """Run ``fn`` on one decoded sample (``image``: its uint8 slot in the batch, written in place;
+    ``values``: its other fields, replaced in place by what ``fn`` returns for them); returns its
+    label (a transform may change it). Errors name the record."""
     index, epoch, seed = key
-    sample = {"image": image, "label": label, "index": index}
+    sample = {**(values or {}), "image": image, "label": label, "index": index}
     try:
         out = fn(sample, sample_generator(seed, epoch, index))
     except Exception as exc:
@@ -63,6 +65,8 @@ def apply_sample_transform(fn: SampleTransform, image: torch.Tensor, key: tuple[
                         f"shape {tuple(image.shape)} (the batch's slot); it returned {got}")
     if result.data_ptr() != image.data_ptr():
         image.copy_(result)
+    if values:
+        values.update((name, out[name]) for name in values if name in out)
     return int(out.get("label", label))
 
 

@@ -11,7 +11,9 @@ import numpy as np
 
 from fastload.errors import ManifestError
 from fastload.format.files import ensure_dir, read_regular
-from fastload.format.layout import COLUMNS, FIELD_PREFIX, INDEX_DIR, array_type, file_digest
+from fastload.format.layout import (
+    COLUMNS, FIELD_PREFIX, FILE_COLUMNS, FILE_TYPES, INDEX_DIR, array_type, file_digest,
+)
 from fastload.format.manifest import IndexFile, Manifest, write_atomically
 
 
@@ -47,6 +49,22 @@ class ArrayColumn:
     def __getitem__(self, i: int) -> np.ndarray:
         start, end = int(self.offsets[i]), int(self.offsets[i + 1])
         return self.values[start * self._row:end * self._row].reshape(end - start, *self.inner)
+
+
+class FileColumn:
+    """Where each record's file of one file field is: position and byte offset in the record's
+    shard, size, checksum, and the image's (or array's) width and height, -1 when it has none."""
+
+    def __init__(self, columns: dict[str, np.ndarray]) -> None:
+        self.position: np.ndarray = columns["position"]
+        self.offset: np.ndarray = columns["offset"]
+        self.size: np.ndarray = columns["size"]
+        self.checksum: np.ndarray = columns["checksum"]
+        self.width: np.ndarray = columns["width"]
+        self.height: np.ndarray = columns["height"]
+
+    def __len__(self) -> int:
+        return len(self.size)
 
 
 def encode_arrays(arrays: Sequence[np.ndarray], element: str) -> tuple[np.ndarray, np.ndarray]:
@@ -194,8 +212,14 @@ class RecordIndex:
         self.height: np.ndarray = cols["height"]
         self.path = load_strings(root, manifest, "path", read)
         self.fields: dict[str, np.ndarray | StringColumn | ArrayColumn] = {}
+        self.files: dict[str, FileColumn] = {}  # file fields: where each record's file is
         for name, dtype in manifest.fields.items():
             column = FIELD_PREFIX + name
+            if dtype in FILE_TYPES:
+                self.files[name] = FileColumn({
+                    part: load_column(root, f"{column}.{part}", manifest.index[f"{column}.{part}"], n, read=read)
+                    for part in FILE_COLUMNS})
+                continue
             self.fields[name] = (load_strings(root, manifest, column, read) if dtype == "str" else
                                  load_arrays(root, manifest, column, dtype, read) if array_type(dtype) else
                                  load_column(root, column, manifest.index[column], n, read=read))
@@ -203,7 +227,7 @@ class RecordIndex:
 
     def field(self, name: str, i: int) -> Any:
         """Record ``i``'s value of the extra field ``name``: a Python number, a str, or a read-only
-        array view (an array field)."""
+        array view (an array field). File fields are read from the shards (``files``)."""
         value = self.fields[name][i]
         return value.item() if isinstance(value, np.generic) else value
 
@@ -219,33 +243,43 @@ class RecordIndex:
             bad = int(np.flatnonzero(bad_shard)[0])
             raise ManifestError(f"{where}: record {bad} has shard {int(self.shard[bad])}: shard numbers "
                                 f"outside 0..{len(shards) - 1} do not exist; re-pack the dataset")
+        for name, places in [("", self), *self.files.items()]:
+            self._check_places(places, f"{where}: record {{bad}}" + (f" field {name!r}" if name else ""))
+        self._check_labels(where)
+
+    def _check_places(self, places: Any, what: str) -> None:
+        """Every payload of ``places`` (the records' files, or a file field's) inside its shard,
+        and sized -1 or at least 1x1; ``what`` names the first bad one (``{bad}``: its record)."""
+        shards = self.manifest.shards
         # Manifest counts and sizes are at most 2**53 (parse_manifest): these hold them exactly.
-        counts = np.array([s.num_records for s in shards], dtype=np.int64)[self.shard]
+        counts = np.array([s.entries for s in shards], dtype=np.int64)[self.shard]
         data_bytes = np.array([s.data_bytes for s in shards], dtype=np.int64)[self.shard]
         # offset <= data_bytes - size, never offset + size: an offset near 2**63 would wrap the sum.
         # The clip keeps the subtraction inside 0..data_bytes for rows whose size is refused anyway.
-        room = data_bytes - np.clip(self.size, 0, data_bytes)
-        in_range = ((self.position >= 0) & (self.position < counts)
-                    & (self.size >= 0) & (self.size <= data_bytes)
-                    & (self.offset >= 0) & (self.offset <= room))
+        room = data_bytes - np.clip(places.size, 0, data_bytes)
+        in_range = ((places.position >= 0) & (places.position < counts)
+                    & (places.size >= 0) & (places.size <= data_bytes)
+                    & (places.offset >= 0) & (places.offset <= room))
         if not in_range.all():
             bad = int(np.flatnonzero(~in_range)[0])
             shard = shards[int(self.shard[bad])]
             raise ManifestError(
-                f"{where}: record {bad} points outside shard {shard.file} (position "
-                f"{int(self.position[bad])}, offset {int(self.offset[bad])}, size {int(self.size[bad])}; "
-                f"the shard holds {shard.num_records} records, {shard.data_bytes} data bytes); "
+                f"{what.format(bad=bad)} points outside shard {shard.file} (position "
+                f"{int(places.position[bad])}, offset {int(places.offset[bad])}, size {int(places.size[bad])}; "
+                f"the shard holds {shard.entries} payloads, {shard.data_bytes} data bytes); "
                 "re-pack the dataset")
         # An image is at least 1x1; a record that is not one (or was not measured) has -1 for both.
-        sized = ((self.width >= 1) & (self.height >= 1)) | ((self.width == -1) & (self.height == -1))
+        sized = ((places.width >= 1) & (places.height >= 1)) | ((places.width == -1) & (places.height == -1))
         if not sized.all():
             bad = int(np.flatnonzero(~sized)[0])
             start, end = int(self.path.offsets[bad]), int(self.path.offsets[bad + 1])
             path = self.path.blob[start:end].tobytes().decode("utf-8", errors="replace")
             raise ManifestError(
-                f"{where}: record {bad} ({path}) has width {int(self.width[bad])} and height "
-                f"{int(self.height[bad])}; an image is at least 1x1, and a record without a size has -1 "
+                f"{what.format(bad=bad)} ({path}) has width {int(places.width[bad])} and height "
+                f"{int(places.height[bad])}; an image is at least 1x1, and a record without a size has -1 "
                 "for both; re-pack the dataset")
+
+    def _check_labels(self, where: str) -> None:
         # Without class names a label is any class id >= 0: nothing may allocate by its value.
         labels_ok = self.label >= -1
         if self.manifest.classes is not None:

@@ -43,7 +43,16 @@ COLUMNS: dict[str, str] = {
     "path": "str",  # source path relative to SRC (POSIX separators)
 }
 FIELD_PREFIX = "field."  # extra per-record fields from a CSV/JSONL list: ``field.<name>``
-FIELD_DTYPES = ("int64", "float64", "str")
+FIELD_DTYPES = ("int64", "float64", "bool", "str")
+# File fields: a second (third, ...) file per record (a mask, a depth map, a .npy), stored in the
+# record's shard right after its file, and located by columns of their own, ``field.<name>.<column>``.
+# "image": decoded like the record's image (RGB); "mask": a one-channel image (class ids, depth)
+# whose values are kept (nearest-neighbour through crops); "npy": a NumPy array; "file": bytes.
+FILE_TYPES = ("image", "mask", "npy", "file")
+FILE_COLUMNS: dict[str, str] = {
+    "position": "int64", "offset": "int64", "size": "int64", "checksum": "uint64",
+    "width": "int32", "height": "int32",  # the image's (or the array's first two dims), else -1
+}
 # Array fields (boxes, multi-labels, embeddings): ``<element>[<first>,<rest>...]``, the first
 # dimension ``*`` when it varies by record ("float64[*,4]": N boxes of 4). Stored as
 # ``field.<name>.offsets`` (int64, N+1: rows of the first dimension) and ``field.<name>.values``
@@ -63,12 +72,15 @@ def array_type(dtype: str) -> tuple[str, int | None, tuple[int, ...]] | None:
 
 
 def is_field_dtype(dtype: object) -> bool:
-    return isinstance(dtype, str) and (dtype in FIELD_DTYPES or array_type(dtype) is not None)
+    return isinstance(dtype, str) and (dtype in FIELD_DTYPES or dtype in FILE_TYPES
+                                       or array_type(dtype) is not None)
 
 
 def field_columns(name: str, dtype: str) -> list[str]:
     """The index columns a field is stored in."""
     column = FIELD_PREFIX + name
+    if dtype in FILE_TYPES:
+        return [f"{column}.{part}" for part in FILE_COLUMNS]
     if dtype == "str":
         return [f"{column}.offsets", f"{column}.blob"]
     if array_type(dtype) is not None:

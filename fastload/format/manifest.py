@@ -11,7 +11,7 @@ from typing import Any
 from fastload.errors import DatasetNotFoundError, ManifestError
 from fastload.format.files import read_regular, write_new
 from fastload.format.layout import (
-    COLUMNS, FIELD_DTYPES, FORMAT_NAME, FORMAT_VERSION, INDEX_DIR, MANIFEST_NAME, SHARD_NAME,
+    COLUMNS, FIELD_DTYPES, FILE_TYPES, FORMAT_NAME, FORMAT_VERSION, INDEX_DIR, MANIFEST_NAME, SHARD_NAME,
     SHARD_SUFFIX, STORAGE_KINDS, StorageKind, field_columns, is_field_dtype,
 )
 
@@ -31,6 +31,12 @@ class ShardInfo:
     records_digest: str  # digest of its slice of the checksum column
     data_offset: int = -1  # HDF5: file offset of the contiguous payload dataset
     etag: str = ""  # packed to an object store: the ETag the store gave the uploaded shard
+    num_entries: int = -1  # payloads stored: its records' files and their file fields (-1: records)
+
+    @property
+    def entries(self) -> int:
+        """Payloads the shard stores (positions 0..entries-1): records plus their file fields."""
+        return self.num_records if self.num_entries < 0 else self.num_entries
 
 
 @dataclass(frozen=True)
@@ -142,7 +148,9 @@ def parse_manifest(text: str, where: str) -> Manifest:
             records_digest=_str(s.get("records_digest"), at, "records_digest"),
             data_offset=_int(s.get("data_offset", -1), at, "data_offset", minimum=-1),
             etag=_str(s.get("etag", ""), at, "etag"),
+            num_entries=_int(s.get("num_entries", -1), at, "num_entries", minimum=-1),
         ))
+        _require(shards[-1].entries >= shards[-1].num_records, at, "num_entries is below num_records")
     _require(sum(s.num_records for s in shards) == num_records, where,
              "the shards' record counts do not add up to num_records")
     _require(sum(s.data_bytes for s in shards) == total_bytes, where,
@@ -151,7 +159,7 @@ def parse_manifest(text: str, where: str) -> Manifest:
     fields_raw = raw.get("fields", {})
     _require(isinstance(fields_raw, dict) and all(
         isinstance(k, str) and k and is_field_dtype(v) for k, v in fields_raw.items()),
-        where, f"fields must map names to one of {FIELD_DTYPES} or an array type such as "
+        where, f"fields must map names to one of {FIELD_DTYPES + FILE_TYPES} or an array type such as "
                "'float64[*,4]' (a newer fastload may have written it: upgrade fastload)")
 
     index_raw = raw.get("index")

@@ -75,35 +75,43 @@ class ShardReader:
                                 "re-pack the dataset")
         return st
 
-    def read(self, i: int) -> bytes:
-        """Payload bytes of record ``i``."""
-        return self.read_many([i])[0]
+    def read(self, i: int, field: str | None = None) -> bytes:
+        """Payload bytes of record ``i`` (``field``: of its file field of that name)."""
+        return self.read_many([i], field)[0]
 
-    def read_many(self, indices: Sequence[int]) -> list[bytes]:
-        """Payloads of several records, each checked against its stored checksum."""
-        return [self._checked(i, data) for i, data in zip(indices, self.read_raw(indices))]
+    def read_many(self, indices: Sequence[int], field: str | None = None) -> list[bytes]:
+        """Payloads of several records (or of their file field ``field``), each checked against
+        its stored checksum."""
+        return [self._checked(i, data, field) for i, data in zip(indices, self.read_raw(indices, field))]
 
-    def prefetched(self, indices: Sequence[int]) -> Callable[[int], bytes]:
-        """``read(i)`` for the records of one batch that decode threads read one by one: for a
-        remote dataset the whole batch is fetched at once first (one round of requests, not one
-        per record and thread); each record is still checked when it is read, so a damaged one
-        fails alone."""
+    def places(self, field: str | None = None) -> Any:
+        """The columns locating the records' files (``field``: a file field's files): position,
+        offset, size, checksum, width, height."""
+        return self.index if field is None else self.index.files[field]
+
+    def prefetched(self, indices: Sequence[int], field: str | None = None) -> Callable[[int], bytes]:
+        """``read(i)`` for the records of one batch (``field``: their file field's files) that
+        decode threads read one by one: for a remote dataset the whole batch is fetched at once
+        first (one round of requests, not one per record and thread); each record is still
+        checked when it is read, so a damaged one fails alone."""
         if self.remote is None or len(indices) < 2:
-            return self.read
-        fetched = dict(zip(indices, self.read_raw(indices)))
-        return lambda i: self._checked(i, fetched[i]) if i in fetched else self.read(i)
+            return lambda i: self.read(i, field)
+        fetched = dict(zip(indices, self.read_raw(indices, field)))
+        return lambda i: self._checked(i, fetched[i], field) if i in fetched else self.read(i, field)
 
-    def _checked(self, i: int, data: bytes) -> bytes:
-        """``data`` if it matches record ``i``'s checksum; else CorruptRecordError."""
-        if record_checksum(data) == int(self.index.checksum[i]):
+    def _checked(self, i: int, data: bytes, field: str | None = None) -> bytes:
+        """``data`` if it matches the checksum of record ``i`` (or its file ``field``); else
+        CorruptRecordError."""
+        expected = int(self.places(field).checksum[i])
+        if record_checksum(data) == expected:
             return data
         if self.remote is not None:  # the cached copy may be what is damaged: ask the store
-            data = self.remote.refetch(self.locate(i))
-            if record_checksum(data) == int(self.index.checksum[i]):
+            data = self.remote.refetch(self.locate(i, field))
+            if record_checksum(data) == expected:
                 return data
-        raise self.corrupt(i, "checksum mismatch (the stored bytes changed)")
+        raise self.corrupt(i, "checksum mismatch (the stored bytes changed)", field)
 
-    def read_raw(self, indices: Sequence[int]) -> list[bytes]:
+    def read_raw(self, indices: Sequence[int], field: str | None = None) -> list[bytes]:
         """Payloads as stored, unchecked.
 
         Local records of a batch are first hinted to the kernel (``will_read``), then the ones in
@@ -112,28 +120,28 @@ class ShardReader:
         as a disk serves many random reads at once (one thread reading cold records in turn ran
         at 0.52x the rate of 64 threads doing so)."""
         if self.remote is not None:
-            return self.remote.read([self.locate(i) for i in indices])
-        places = [self.locate(i) for i in indices]
+            return self.remote.read([self.locate(i, field) for i in indices])
+        places = [self.locate(i, field) for i in indices]
         if len(places) < 2:  # nothing to read side by side: one pread (a probe would copy it twice)
-            return [self._read_at(i, *place) for i, place in zip(indices, places)]
+            return [self._read_at(i, *place, field) for i, place in zip(indices, places)]
         _will_need(places)
         out: list[bytes | None] = [_read_if_cached(*place) for place in places]
         cold = [k for k, data in enumerate(out) if data is None]
         if len(cold) == 1:
-            out[cold[0]] = self._read_at(indices[cold[0]], *places[cold[0]])
+            out[cold[0]] = self._read_at(indices[cold[0]], *places[cold[0]], field)
         elif cold:
-            reads = _cold_reads().map(lambda k: self._read_at(indices[k], *places[k]), cold)
+            reads = _cold_reads().map(lambda k: self._read_at(indices[k], *places[k], field), cold)
             for k, data in zip(cold, reads):
                 out[k] = data
         return out  # type: ignore[return-value]
 
-    def locate(self, i: int) -> tuple[Any, int, int]:
-        """``(descriptor, offset, size)`` of record ``i``'s bytes in its shard file (a RemoteShard
-        in place of the descriptor for a remote dataset); a record
+    def locate(self, i: int, field: str | None = None) -> tuple[Any, int, int]:
+        """``(descriptor, offset, size)`` of record ``i``'s bytes (``field``: its file field's) in
+        its shard file (a RemoteShard in place of the descriptor for a remote dataset); a record
         the shard does not hold as the index says raises CorruptRecordError."""
         raise NotImplementedError
 
-    def will_read(self, indices: Sequence[int]) -> None:
+    def will_read(self, indices: Sequence[int], field: str | None = None) -> None:
         """Ask the kernel to start reading records ``indices`` from disk now, all at once
         (``POSIX_FADV_WILLNEED``: it returns at once), so that the reads that follow one by one
         find them in the page cache instead of each waiting for the disk in turn. A hint only:
@@ -145,26 +153,28 @@ class ShardReader:
         places = []
         for i in indices:
             try:
-                places.append(self.locate(i))
+                places.append(self.locate(i, field))
             except (CorruptRecordError, OSError):
                 continue
         _will_need(places)
 
-    def _read_at(self, i: int, fd: int, offset: int, size: int) -> bytes:
+    def _read_at(self, i: int, fd: int, offset: int, size: int, field: str | None = None) -> bytes:
         try:
             data = os.pread(fd, size, offset)
         except OSError as exc:
-            raise self.corrupt(i, f"read failed ({exc.strerror})") from None
+            raise self.corrupt(i, f"read failed ({exc.strerror})", field) from None
         if len(data) != size:
-            raise self.corrupt(i, f"shard file ends early ({len(data)} of {size} bytes)")
+            raise self.corrupt(i, f"shard file ends early ({len(data)} of {size} bytes)", field)
         return data
 
-    def where(self, i: int) -> str:
-        """``shard-00001.lmdb record 17 (cat/003.jpg)``: the context every record error carries."""
-        return f"{self._shard_paths[int(self.index.shard[i])]} record {i} ({self.index.path[i]})"
+    def where(self, i: int, field: str | None = None) -> str:
+        """``shard-00001.lmdb record 17 (cat/003.jpg)``: the context every record error carries
+        (``... field 'mask'`` for a file field's file)."""
+        record = f"{self._shard_paths[int(self.index.shard[i])]} record {i} ({self.index.path[i]})"
+        return record if field is None else f"{record} field {field!r}"
 
-    def corrupt(self, i: int, what: str) -> CorruptRecordError:
-        return CorruptRecordError(f"{self.where(i)}: {what}; run `fastload verify {self.root}` "
+    def corrupt(self, i: int, what: str, field: str | None = None) -> CorruptRecordError:
+        return CorruptRecordError(f"{self.where(i, field)}: {what}; run `fastload verify {self.root}` "
                                   "and re-pack the dataset if it is damaged")
 
     def close(self) -> None:

@@ -58,7 +58,7 @@ class HDF5Reader(ShardReader):
         else:
             handle.close()
 
-    def locate(self, i: int) -> tuple[int, int, int]:
-        shard = int(self.index.shard[i])
-        start = self.manifest.shards[shard].data_offset + int(self.index.offset[i])
-        return self.handle(shard), start, int(self.index.size[i])
+    def locate(self, i: int, field: str | None = None) -> tuple[int, int, int]:
+        shard, columns = int(self.index.shard[i]), self.places(field)
+        start = self.manifest.shards[shard].data_offset + int(columns.offset[i])
+        return self.handle(shard), start, int(columns.size[i])

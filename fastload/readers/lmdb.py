@@ -37,7 +37,7 @@ class LMDBReader(ShardReader):
         if self.remote is not None:
             remote = self.remote.open(shard)
             try:
-                return _OpenShard(remote, locate_records(remote.read_at, remote.size, info.num_records,
+                return _OpenShard(remote, locate_records(remote.read_at, remote.size, info.entries,
                                                          remote.read_many))
             except DamagedShard as exc:
                 remote.close()
@@ -52,12 +52,12 @@ class LMDBReader(ShardReader):
                                 "the dataset with `fastload pack`") from None
         try:
             places = locate_records(lambda offset, size: os.pread(fd, size, offset),
-                                    os.fstat(fd).st_size, info.num_records)
+                                    os.fstat(fd).st_size, info.entries)
         except (DamagedShard, OSError) as exc:
             os.close(fd)
             raise ManifestError(f"{path}: damaged LMDB shard ({exc}); run `fastload verify` on the "
                                 "dataset and re-pack it") from None
-        if info.data_bytes < _READAHEAD_MIN_RECORD * max(info.num_records, 1):
+        if info.data_bytes < _READAHEAD_MIN_RECORD * max(info.entries, 1):
             # Tiny records: a random read should not drag its neighbours in with readahead
             # (records of tens of KB gain from it: cold ~105 KB photos read 4x faster with it).
             try:
@@ -72,13 +72,14 @@ class LMDBReader(ShardReader):
         else:
             handle.fd.close()
 
-    def locate(self, i: int) -> tuple[int, int, int]:
+    def locate(self, i: int, field: str | None = None) -> tuple[int, int, int]:
         shard = self.handle(int(self.index.shard[i]))
-        position = int(self.index.position[i])
+        columns = self.places(field)
+        position = int(columns.position[i])
         offset, stored = int(shard.places.offset[position]), int(shard.places.size[position])
-        size = int(self.index.size[i])
+        size = int(columns.size[i])
         if offset < 0:
-            raise self.corrupt(i, "record missing from its shard")
+            raise self.corrupt(i, "record missing from its shard", field)
         if stored != size:
-            raise self.corrupt(i, f"{stored} bytes stored, index says {size}")
+            raise self.corrupt(i, f"{stored} bytes stored, index says {size}", field)
         return shard.fd, offset, size

@@ -99,6 +99,8 @@ def test_json_that_is_not_a_fastload_manifest_is_refused(dataset, text):
     (lambda m: m["shards"][0].update(data_bytes=m["shards"][0]["data_bytes"] + 1), "data_bytes do not add up"),
     (lambda m: m["shards"][0].pop("records_digest"), r"shards\[0\]: records_digest must be a string"),
     (lambda m: m["shards"][1].update(data_offset=-7), "data_offset must be an integer >= -1"),
+    (lambda m: m["shards"][0].update(num_entries=0), r"shards\[0\]: num_entries is below num_records"),
+    (lambda m: m.update(fields={"mask": "mask"}), "index column 'field.mask.position' is missing"),
     (lambda m: m["shards"].reverse(), "not the expected shard name for position 0"),
     (lambda m: m["index"].pop("checksum"), "index column 'checksum' is missing"),
     (lambda m: m["index"].pop("path.blob"), "index column 'path.blob' is missing"),
@@ -242,3 +244,16 @@ def test_string_offsets_outside_the_blob_are_refused(dataset):
     offsets, _ = encode_strings(["x" * 1000] * n)
     _replace_column(dataset, "path.offsets", _npy(offsets))
     refused(dataset, "offsets are not monotonic within the blob")
+
+
+def test_a_file_field_pointing_outside_its_shard_is_refused(tmp_path):
+    """A file field's places are checked as the records' own are, naming the field."""
+    from converters import pack
+    from tests.conftest import make_jpeg, make_png
+
+    (tmp_path / "a.jpg").write_bytes(make_jpeg(32, 24))
+    (tmp_path / "a.png").write_bytes(make_png(32, 24))
+    (tmp_path / "list.csv").write_text("path,second\na.jpg,a.png\n")
+    pack(tmp_path / "list.csv", tmp_path / "d.fl", file_columns=("second",), progress=False)
+    _replace_column(tmp_path / "d.fl", "field.second.position", _npy(np.array([2], dtype=np.int64)))
+    refused(tmp_path / "d.fl", r"record 0 field 'second' points outside shard shard-00000.lmdb \(position 2")
