@@ -1,20 +1,25 @@
 """Samples with fields: COCO-like detection samples (photo + 1–20 boxes with labels + a caption)
-through the train pipeline, against the same photos as image-only samples, side by side.
+and segmentation samples (photo + a class-id mask PNG of its size) through the train pipeline,
+against the same photos as image-only samples, side by side.
 
     python bench/fields_bench.py bench/data/photos --records 4000 --duration 6 --repeats 3 \\
         --json bench/results/fields.json
 
 Issue 17: "COCO-like synthetic detection samples (photo + 1–20 boxes + caption) through the train
 pipeline ≥ 90% of the image-only rate on the same photos". A JSONL list of ``--records`` photos of
-the folder (in the folder's order) with, per photo, 1–20 random boxes inside it, a label per box
-and a caption is packed once into a temporary LMDB dataset (deleted after). Rows, interleaved
+the folder (in the folder's order) with, per photo, 1–20 random boxes inside it, a label per box,
+a caption and a mask (a one-channel PNG of the photo's size: a few shapes of class ids 1–20 on 0,
+as segmentation masks look) is packed once into a temporary LMDB dataset (deleted after), the
+masks as a file field (``file_columns=("mask",)``). Rows, interleaved
 ``--repeats`` times (``fastload.benchmark.runs.run_all``), each
 ``fastload.DataLoader(..., batch_size=64, shuffle=True)`` with auto settings:
 
 * ``image only``: ``PackedDataset(d, image_size=224, train=True)``: ``(images, labels)``;
 * ``detection``: ``fields=("image", "label", "boxes", "box_labels", "caption")``,
   ``boxes="boxes", box_fields=("box_labels",)``: the boxes follow each crop and flip;
-* ``detection, padded``: the same with ``pad_fields={"boxes": -1, "box_labels": -1}``.
+* ``detection, padded``: the same with ``pad_fields={"boxes": -1, "box_labels": -1}``;
+* ``segmentation``: ``fields=("image", "label", "mask")``: each mask decoded and cut with its
+  photo's crop and flip (nearest neighbour).
 
 Nothing asserts on time; the ratios are printed and written to ``--json``.
 """
@@ -34,8 +39,21 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
+def write_mask(path: Path, width: int, height: int, rng: Any) -> None:
+    """A segmentation-like mask: a few filled shapes of class ids on background 0."""
+    from PIL import Image, ImageDraw
+
+    mask = Image.new("L", (width, height))
+    draw = ImageDraw.Draw(mask)
+    for _ in range(int(rng.integers(1, 6))):
+        x0, y0 = rng.uniform(0, width * 0.8), rng.uniform(0, height * 0.8)
+        box = [x0, y0, x0 + rng.uniform(8, width / 2), y0 + rng.uniform(8, height / 2)]
+        (draw.ellipse if rng.random() < 0.5 else draw.rectangle)(box, fill=int(rng.integers(1, 21)))
+    mask.save(path, format="PNG")
+
+
 def write_list(photos: Path, records: int, out: Path) -> None:
-    """A JSONL list of the first ``records`` photos with random boxes, box labels and a caption."""
+    """A JSONL list of the first ``records`` photos with random boxes, box labels, a caption and a mask."""
     import numpy as np
 
     from converters.sources import list_source
@@ -43,8 +61,11 @@ def write_list(photos: Path, records: int, out: Path) -> None:
 
     rng = np.random.default_rng(0)
     lines = []
+    (out.parent / "masks").mkdir()
     for item in list_source(photos).items[:records]:
         width, height = image_size(item.path.read_bytes()[:65536], where=str(item.path))
+        mask = out.parent / "masks" / f"{len(lines)}.png"
+        write_mask(mask, width, height, rng)
         count = int(rng.integers(1, 21))
         x0, y0 = rng.uniform(0, width * 0.9, count), rng.uniform(0, height * 0.9, count)
         x1 = np.minimum(x0 + rng.uniform(4, width / 2, count), width)
@@ -53,7 +74,7 @@ def write_list(photos: Path, records: int, out: Path) -> None:
             "path": str(Path(item.path).resolve()), "label": item.label,
             "boxes": np.round(np.stack([x0, y0, x1, y1], 1), 2).tolist(),
             "box_labels": rng.integers(0, 80, count).tolist(),
-            "caption": f"a photo with {count} things in it, number {len(lines)}"}))
+            "caption": f"a photo with {count} things in it, number {len(lines)}", "mask": str(mask)}))
     out.write_text("\n".join(lines) + "\n")
 
 
@@ -75,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="fastload-fields-", dir=args.work))
     try:
         write_list(Path(args.photos), args.records, work / "list.jsonl")
-        pack(work / "list.jsonl", work / "d.fl", progress=False)
+        pack(work / "list.jsonl", work / "d.fl", file_columns=("mask",), progress=False)
         path = work / "d.fl"
         detection: dict[str, Any] = {"fields": ("image", "label", "boxes", "box_labels", "caption"),
                                      "boxes": "boxes", "box_fields": ("box_labels",)}
@@ -90,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             RunSpec("detection, padded", "fastload", "lmdb",
                     lambda: loader(**detection, pad_fields={"boxes": -1.0, "box_labels": -1}),
                     lambda ld: str(ld.settings.mode)),
+            RunSpec("segmentation", "fastload", "lmdb", lambda: loader(fields=("image", "label", "mask")),
+                    lambda ld: str(ld.settings.mode)),
         ]
         runs, _ = run_all(specs, Limits(args.duration), repeats=args.repeats)
     finally:
@@ -98,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in runs:
         print(f"{r.name:<20} {r.samples_per_s:8.0f} samples/s  (min {r.min or 0:.0f}, max {r.max or 0:.0f})")
     ratios = {name: paired_ratio(by[name], by["image only"], "samples_per_s")
-              for name in ("detection", "detection, padded")}
+              for name in ("detection", "detection, padded", "segmentation")}
     for name, ratio in ratios.items():
         print(f"{name} / image only: {ratio:.2f}x")
     if args.json:

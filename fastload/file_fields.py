@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 
 from fastload.decode import decode_as_stored, decode_crop, decode_rgb
 from fastload.decode_files import decode_npy
@@ -43,17 +44,18 @@ def decode_file_field(kind: str, data: bytes, plan: CropPlan | None, *, where: s
         out = np.empty((*plan.out_size, 3), dtype=np.uint8)
         decode_crop(data, plan, out=out, where=where, max_pixels=max_pixels)
         return torch.from_numpy(out).permute(2, 0, 1)
-    mask = decode_mask(data, where=where, max_pixels=max_pixels)  # read-only: Pillow's buffer
-    return torch.from_numpy(np.array(mask) if plan is None else _spatial(mask, plan))
-
-
-def decode_mask(data: bytes, *, where: str, max_pixels: int) -> np.ndarray:
-    """A one-channel image's values as an ``H×W`` array (palette images: their indices)."""
     img = decode_as_stored(data, where=where, max_pixels=max_pixels)
     dtype = _MASK_DTYPES.get(img.mode)
     if dtype is None:
         raise CorruptRecordError(f"{where}: is a {img.mode} image, not a one-channel mask; re-pack it")
-    return np.asarray(img).astype(dtype, copy=False)
+    if plan is not None:
+        # Pillow's nearest resize over the box picks the source pixel under each output pixel's
+        # centre, as source_pixels does (equal on random plans: tests/test_masks.py), 4x faster.
+        left, top, width, height = plan.box
+        img = img.resize(plan.out_size[::-1], Image.Resampling.NEAREST, box=(left, top, left + width, top + height))
+        if plan.flip:
+            img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    return torch.from_numpy(np.array(img, dtype=dtype))
 
 
 def source_pixels(plan: CropPlan, width: int, height: int) -> tuple[np.ndarray, np.ndarray]:
