@@ -15,7 +15,8 @@ the store for. Rows:
   neighbours coalesced;
 * ``packed, cache cold`` / ``warm``: with the node cache (epoch 1 fetches aligned 4 MiB pieces and
   keeps them; epoch 2 reads the cache); ``fill ahead``: the cold epoch with the background fill
-  that fastload.DataLoader starts as an epoch begins (what the loader's reads see);
+  that fastload.DataLoader starts as an epoch begins (what the loader's reads see); ``fill ahead,
+  1 stream`` / ``2 streams``: the same with fewer fill streams than the default 3;
 * ``local disk``: the same raw reads of the same packed dataset on the local disk (warm page cache);
 * ``train ...``: ``fastload.DataLoader(PackedDataset(..., image_size=224, train=True),
   batch_size=64, shuffle=True)`` (RandomResizedCrop 224 + flip) for one epoch, from the local disk
@@ -107,6 +108,10 @@ def row_raw(a: dict[str, Any]) -> dict[str, Any]:
     """Shuffled raw record reads, a batch of 64 at a time, for ``epochs`` epochs."""
     import numpy as np
 
+    if "fill_streams" in a:  # a row comparing fill streams side by side
+        import fastload.storage.remote_shards
+
+        fastload.storage.remote_shards.FILL_STREAMS = a["fill_streams"]
     ds = _dataset(a)
     if ds.reader.remote is not None:
         ds.reader.remote.store.max_in_flight = a["in_flight"]
@@ -352,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
                 cache_limit=4 * total)
             row("packed, cache cold, fill ahead", "raw", url=packed_url, cache_dir=cache("c2"),
                 cache_limit=4 * total, fill=True)
+            for streams in (1, 2):  # the fill's streams (FILL_STREAMS is 3), side by side
+                row(f"packed, cache cold, fill ahead, {streams} stream{'s' * (streams > 1)}", "raw", url=packed_url,
+                    cache_dir=cache(f"s{streams}"), cache_limit=4 * total, fill=True, fill_streams=streams)
             row("local disk", "raw", local=args.packed)
             row("local disk cold, fastload", "raw-cold", local=args.packed)
             row("local disk cold, pread x64", "pread", local=args.packed)
