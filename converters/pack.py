@@ -15,6 +15,7 @@ from converters.checks import InvalidFile, check_image
 from converters.file_fields import FileFacts, check_record_files
 from converters.finalize import finalize
 from converters.interrupt import interrupt_between_files
+from converters.listing import list_to_pack
 from converters.out_dir import (
     OutFolder, PackLock, inspect_out, prepare_out, remove_dataset, staging_path, swap_in,
 )
@@ -25,10 +26,7 @@ from converters.readahead import (
 from converters.reencode import reencode_jpeg
 from converters.restarts import check_available, with_restart_markers
 from converters.report import PackReport, progress_bar, write_error
-from converters.sources import (
-    IMAGE_EXTENSIONS, Layout, SourceItem, SourceListing, list_source, normalize_extensions,
-)
-from converters.store_source import list_store_source
+from converters.sources import IMAGE_EXTENSIONS, Layout, SourceItem, SourceListing, normalize_extensions
 from converters.writers import WRITERS
 from converters.writers.behind import WriteBehind, WriteFailed
 from fastload.config import MAX_FILE_SIZE, MAX_PIXELS, available_cpus, parse_size
@@ -97,33 +95,10 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
     options = _check_options(format, shard_size, workers, on_error, max_side, quality, check, max_pixels,
                              restart_markers, max_file_size)
     exts = normalize_extensions(extensions)
-    if src_store is not None:
-        if sidecars or file_columns:
-            raise SourceError(f"{src}: --sidecars and --file-columns read local files; a store prefix as SRC "
-                              "cannot have them yet: copy it to a local folder first")
-        listing = list_store_source(src_store, layout=layout, extensions=exts, on_error=on_error,
-                                    max_file_size=options["max_file_size"])
-    else:
-        listing = list_source(src_path, layout=layout, extensions=exts, on_error=on_error,
-                              max_file_size=options["max_file_size"])
-        if sidecars:
-            if listing.layout == "list":
-                raise SourceError(f"{src}: --sidecars is for folders; a file list names its fields as columns")
-            from converters.sidecars import attach_sidecars
-
-            attach_sidecars(listing, on_error)
-        if file_columns:
-            if listing.layout != "list":
-                raise SourceError(f"{src}: --file-columns names columns of a CSV/JSONL file list; in a folder, "
-                                  "files that share a basename form one sample with --sidecars")
-            from converters.file_fields import attach_file_columns
-
-            attach_file_columns(listing, tuple(file_columns), options["max_file_size"])
-        if options["reencode"] and options["reencode"]["max_side"] and listing.file_fields:
-            raise SourceError(f"{src}: --max-side would shrink the images but not their file fields "
-                              f"({', '.join(listing.file_fields)}), which must stay their size; pack without it")
-        if out_path is not None:
-            _check_out_location(src_path, listing.root, out_path)
+    listing = list_to_pack(src, src_store, src_path, layout=layout, extensions=exts, on_error=on_error,
+                           options=options, sidecars=sidecars, file_columns=tuple(file_columns))
+    if src_path is not None and out_path is not None:
+        _check_out_location(src_path, listing.root, out_path)
     # Read threads do not change what is written: a resume with other --workers keeps the shards.
     content = {k: v for k, v in options.items() if k not in ("workers", "max_file_size")}
     plans = plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts})

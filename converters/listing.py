@@ -1,0 +1,44 @@
+"""SRC → what to pack: a store prefix, or a local folder or file list with its sidecars and file
+columns attached (converters.sidecars, converters.file_fields)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from converters.sources import Layout, SourceListing, list_source
+from converters.store_source import list_store_source
+from fastload.errors import SourceError
+
+
+def list_to_pack(src: object, src_store: Any, src_path: Path | None, *, layout: Layout, extensions: tuple[str, ...],
+                 on_error: str, options: dict[str, Any], sidecars: bool,
+                 file_columns: tuple[str, ...]) -> SourceListing:
+    """The listing of ``src`` (``src_store`` for a store prefix, else the local ``src_path``) in
+    record order, each item with its record's other files."""
+    if src_store is not None:
+        if sidecars or file_columns:
+            raise SourceError(f"{src}: --sidecars and --file-columns read local files; a store prefix as SRC "
+                              "cannot have them yet: copy it to a local folder first")
+        return list_store_source(src_store, layout=layout, extensions=extensions, on_error=on_error,
+                                 max_file_size=options["max_file_size"])
+    assert src_path is not None
+    listing = list_source(src_path, layout=layout, extensions=extensions, on_error=on_error,
+                          max_file_size=options["max_file_size"])
+    if sidecars:
+        if listing.layout == "list":
+            raise SourceError(f"{src}: --sidecars is for folders; a file list names its fields as columns")
+        from converters.sidecars import attach_sidecars
+
+        attach_sidecars(listing, on_error)
+    if file_columns:
+        if listing.layout != "list":
+            raise SourceError(f"{src}: --file-columns names columns of a CSV/JSONL file list; in a folder, "
+                              "files that share a basename form one sample with --sidecars")
+        from converters.file_fields import attach_file_columns
+
+        attach_file_columns(listing, file_columns, options["max_file_size"])
+    if options["reencode"] and options["reencode"]["max_side"] and listing.file_fields:
+        raise SourceError(f"{src}: --max-side would shrink the images but not their file fields "
+                          f"({', '.join(listing.file_fields)}), which must stay their size; pack without it")
+    return listing
