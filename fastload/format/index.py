@@ -216,9 +216,14 @@ class RecordIndex:
         for name, dtype in manifest.fields.items():
             column = FIELD_PREFIX + name
             if dtype in FILE_TYPES:
-                self.files[name] = FileColumn({
-                    part: load_column(root, f"{column}.{part}", manifest.index[f"{column}.{part}"], n, read=read)
-                    for part in FILE_COLUMNS})
+                parts = {part: load_column(root, f"{column}.{part}", manifest.index[f"{column}.{part}"], n, read=read)
+                         for part in FILE_COLUMNS}
+                for part, want in FILE_COLUMNS.items():
+                    if str(parts[part].dtype) != want:
+                        full = f"{column}.{part}"
+                        raise ManifestError(f"{root}/{manifest.index[full].file}: column {full!r} is "
+                                            f"{parts[part].dtype}, expected {want}; re-pack the dataset")
+                self.files[name] = FileColumn(parts)
                 continue
             self.fields[name] = (load_strings(root, manifest, column, read) if dtype == "str" else
                                  load_arrays(root, manifest, column, dtype, read) if array_type(dtype) else

@@ -257,3 +257,5 @@ def test_a_file_field_pointing_outside_its_shard_is_refused(tmp_path):
     pack(tmp_path / "list.csv", tmp_path / "d.fl", file_columns=("second",), progress=False)
     _replace_column(tmp_path / "d.fl", "field.second.position", _npy(np.array([2], dtype=np.int64)))
     refused(tmp_path / "d.fl", r"record 0 field 'second' points outside shard shard-00000.lmdb \(position 2")
+    _replace_column(tmp_path / "d.fl", "field.second.offset", _npy(np.array([0.5])), "float64")
+    refused(tmp_path / "d.fl", r"column 'field.second.offset' is float64, expected int64")
