@@ -66,7 +66,7 @@ def apply_sample_transform(fn: SampleTransform, image: torch.Tensor, key: tuple[
     if result.data_ptr() != image.data_ptr():
         image.copy_(result)
     if values:
-        values.update((name, out[name]) for name in values if name in out)
+        values.update({name: out[name] for name in values if name in out})
     return int(out.get("label", label))
 
 
