@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from converters.checks import InvalidFile, check_image
-from converters.sources import SourceFile, SourceListing
+from converters.sources import Skip, SourceFile, SourceListing
 from fastload.errors import SourceError
 from fastload.format.files import open_regular
 from fastload.format.layout import IMAGE_EXTENSIONS, record_checksum
@@ -108,9 +108,11 @@ def _npy_shape(data: bytes) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def attach_file_columns(listing: SourceListing, columns: tuple[str, ...], max_file_size: int | None) -> None:
+def attach_file_columns(listing: SourceListing, columns: tuple[str, ...], max_file_size: int | None,
+                        on_error: str = "fail") -> None:
     """Turn the list's columns ``columns`` (paths, relative to the list's folder) into file fields
-    of each item; their types come from the first row's file."""
+    of each item; their types come from the first row's file. A row without one is an error
+    naming its file, or under ``on_error="skip"`` skipped and reported."""
     for name in columns:
         if name not in listing.fields:
             raise SourceError(f"{listing.root}: --file-columns names {name!r}, but the list has no such column "
@@ -118,12 +120,22 @@ def attach_file_columns(listing: SourceListing, columns: tuple[str, ...], max_fi
         if listing.fields[name] != "str":
             raise SourceError(f"{listing.root}: column {name!r} holds {listing.fields[name]} values, not paths; "
                               "--file-columns names columns of file paths")
+    empty = [k for k in range(len(listing.items)) if any(not listing.field_values[name][k] for name in columns)]
+    for k in empty:
+        name = next(name for name in columns if not listing.field_values[name][k])
+        reason = f"its row has no {name!r} file; every row needs one"
+        if on_error != "skip":
+            raise SourceError(f"{listing.items[k].path}: {reason}")
+        listing.skipped.append(Skip(listing.items[k].rel, reason))
+    if empty:
+        dropped = set(empty)
+        keep = [k for k in range(len(listing.items)) if k not in dropped]
+        listing.items = [listing.items[k] for k in keep]
+        listing.field_values = {name: [v[k] for k in keep] for name, v in listing.field_values.items()}
     for name in columns:
         values = listing.field_values.pop(name)
         del listing.fields[name]
         for k, (item, raw) in enumerate(zip(listing.items, values)):
-            if not raw:
-                raise SourceError(f"{item.path}: its row has no {name!r} file; every row needs one")
             path = Path(raw) if os.path.isabs(raw) else listing.root / raw
             rel = Path(os.path.normpath(raw)).as_posix()
             listing.items[k] = replace(item, files=(*item.files, source_file(path, rel, max_file_size)))

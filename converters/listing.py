@@ -37,7 +37,7 @@ def list_to_pack(src: object, src_store: Any, src_path: Path | None, *, layout: 
                               "files that share a basename form one sample with --sidecars")
         from converters.file_fields import attach_file_columns
 
-        attach_file_columns(listing, file_columns, options["max_file_size"])
+        attach_file_columns(listing, file_columns, options["max_file_size"], on_error)
     if options["reencode"] and options["reencode"]["max_side"] and listing.file_fields:
         raise SourceError(f"{src}: --max-side would shrink the images but not their file fields "
                           f"({', '.join(listing.file_fields)}), which must stay their size; pack without it")

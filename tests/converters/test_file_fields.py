@@ -136,6 +136,13 @@ def test_missing_unreadable_or_mistyped_files_are_refused(listed, tmp_path):
     with pytest.raises(SourceError, match=r"img/5.jpg: its mask file ann/colour.png: is a colour image, the "
                                           r"field's first file is a one-channel mask"):
         pack(src, tmp_path / "b.fl", file_columns=("mask",), progress=False)
+    src = bad_list(root, "empty.csv", lambda row, _: row.update(mask=""))
+    with pytest.raises(SourceError, match=r"img/5.jpg: its row has no 'mask' file; every row needs one"):
+        pack(src, tmp_path / "f.fl", file_columns=("mask",), progress=False)
+    report = pack(src, tmp_path / "g.fl", file_columns=("mask",), on_error="skip", progress=False)
+    assert report.num_records == N - 1 and [s.rel for s in report.skipped_files] == ["img/5.jpg"]
+    ds = fastload.PackedDataset(tmp_path / "g.fl")
+    assert [ds.record(i)["caption"] for i in (4, 5)] == ["a picture, number 4", "a picture, number 6"]
     with pytest.raises(SourceError, match=r"--file-columns names 'masks', but the list has no such column"):
         pack(root / "list.csv", tmp_path / "c.fl", file_columns=("masks",), progress=False)
     with pytest.raises(SourceError, match=r"column 'tags' holds int64\[2\] values, not paths"):
