@@ -39,8 +39,9 @@ class FileFacts:
     height: int = -1
 
 
-def field_type(data: bytes, rel: str) -> str:
-    """The type a file field takes from its first file: "npy", "image", "mask" or "file"."""
+def field_type(data: bytes, rel: str) -> str | None:
+    """The type a file field takes from its first file: "npy", "image", "mask" or "file"; None
+    when the file is an image Pillow cannot read (it says nothing of the field's type)."""
     suffix = os.path.splitext(rel)[1].lower()
     if suffix == ".npy":
         return "npy"
@@ -54,7 +55,7 @@ def field_type(data: bytes, rel: str) -> str:
         with Image.open(io.BytesIO(data)) as img:
             return "mask" if img.mode in _ONE_CHANNEL else "image"
     except Exception:  # noqa: BLE001 - Pillow raises many kinds; the file is checked for real later
-        return "image"
+        return None
 
 
 def check_record_files(types: dict[str, str], files: Sequence[SourceFile], contents: Sequence[bytes | OSError],
@@ -85,7 +86,7 @@ def check_file(data: bytes, rel: str, kind: str, width: int, height: int, max_pi
     if width > 0 and (header.width, header.height) != (width, height):
         raise InvalidFile(f"{header.width}x{header.height}, its image is {width}x{height}: a field that "
                           "follows the image's crop must be its size")
-    found = field_type(data, rel)
+    found = field_type(data, rel) or "image"
     if found != kind:
         raise InvalidFile(f"is {'a one-channel' if found == 'mask' else 'a colour'} image, the field's first "
                           f"file is {'a one-channel mask' if kind == 'mask' else 'a colour image'}")
@@ -153,13 +154,16 @@ def source_file(path: Path, rel: str, max_file_size: int | None) -> SourceFile:
 
 
 def first_type(listing: SourceListing, column: int, name: str) -> str:
-    """The type of file field ``name`` (``column``-th of each item): from its first readable file."""
+    """The type of file field ``name`` (``column``-th of each item): from its first readable file
+    (a damaged one is passed over: the pack reports it under its record)."""
     for item in listing.items:
         file = item.files[column]
         try:
-            return field_type(_head(file.path, 2**20), file.rel)
+            found = field_type(_head(file.path, 2**20), file.rel)
         except OSError:
             continue
+        if found is not None:
+            return found
     raise SourceError(f"{listing.root}: no file of field {name!r} can be read (first: "
                       f"{listing.items[0].files[column].path if listing.items else '?'})")
 

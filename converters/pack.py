@@ -101,6 +101,8 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
         _check_out_location(src_path, listing.root, out_path)
     # Read threads do not change what is written: a resume with other --workers keeps the shards.
     content = {k: v for k, v in options.items() if k not in ("workers", "max_file_size")}
+    if listing.file_fields:  # names and types: a renamed column is another pack (absent: old digests hold)
+        content["file_fields"] = dict(listing.file_fields)
     plans = plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts})
     job = _PackJob(listing, plans, options, exts, progress, src_store)
     if out_path is None:

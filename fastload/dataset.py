@@ -138,6 +138,7 @@ class PackedDataset(torch.utils.data.Dataset):
                              "image pipeline (image_size=) needs an image dataset")
         if sample_as not in ("dict", "tuple"):
             raise ValueError(f"sample_as={sample_as!r}: must be 'dict' or 'tuple'")
+        self.sample_as = sample_as
         if fields is None and (pad_fields or boxes or box_fields or sample_as != "dict"):
             raise ValueError("pad_fields=, boxes=, box_fields= and sample_as= are about samples with fields: "
                              "pass fields= too")
@@ -295,16 +296,20 @@ class PackedDataset(torch.utils.data.Dataset):
                 parsed = [p for p in parsed if p[0] not in failed]
                 indices = [p[0] for p in parsed]
                 payloads = [data for data in payloads if data is not None]
+        files = self._fields.files if self._fields is not None else ()
+        reads = {name: self.reader.prefetched(indices, name) for name in files}  # a batch's file fields at once
         samples = []
         for i, data in zip(indices, payloads):
             try:
                 image = self.payload(i, data)
-            except CorruptRecordError as exc:
+                values = (self._fields.values(i, None, self.reader.where(i), reads)
+                          if self._fields is not None else None)
+            except CorruptRecordError as exc:  # the record's file, or one of its file fields
                 if failed is None:
                     raise
                 failed[i] = exc
                 continue
-            samples.append(self._finish(i, image))
+            samples.append(self._finish(i, image, values))
         return samples
 
     def _decode_batch(self, pipeline: ImagePipeline, parsed: list[tuple[int, int, int]],
@@ -361,7 +366,7 @@ class PackedDataset(torch.utils.data.Dataset):
                               f"{self.manifest.shards[shard].file} are skipped without a warning and "
                               "counted in loader.stats()['skipped']]", SkippedRecordWarning, stacklevel=2)
 
-    def _finish(self, i: int, image: Any) -> Any:
+    def _finish(self, i: int, image: Any, values: dict[str, Any] | None = None) -> Any:
         if self.transform is not None:
             try:
                 image = self.transform(image)
@@ -369,7 +374,7 @@ class PackedDataset(torch.utils.data.Dataset):
                 exc.add_note(f"fastload: raised by transform on {self.reader.where(i)}")
                 raise
         label = self._target(i, int(self.index.label[i]))
-        return self._as_fields(i, image, label) if self.fields else (image, label)
+        return self._as_fields(i, image, label, values) if self.fields else (image, label)
 
     def _target(self, i: int, label: int) -> Any:
         if self.target_transform is None:

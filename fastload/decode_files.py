@@ -44,6 +44,8 @@ def decode_npy(data: bytes, where: str) -> torch.Tensor:
         raise CorruptRecordError(f"{where}: {why}") from None
     except (OSError, EOFError) as exc:
         raise CorruptRecordError(f"{where}: is not a readable .npy file ({exc or 'cut short'})") from None
+    if not array.dtype.isnative:  # saved on a big-endian machine (">f4"): torch takes native order only
+        array = array.astype(array.dtype.newbyteorder("="))
     try:
         return torch.from_numpy(np.ascontiguousarray(array))
     except TypeError as exc:  # a dtype torch has no tensor for (strings, unsigned 32-bit, ...)

@@ -87,7 +87,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self.distributed = distributed
         if (mean is None) != (std is None):
             raise ValueError("pass mean and std together (or neither)")
-        self._normalizer = Normalizer(mean, std) if mean is not None else None
+        self._normalizer = Normalizer(mean, std, _image_place(dataset)) if mean is not None else None
         self._device = resolve_device(device)
         batch_size, shuffle, sampler, batch_sampler = _rebuilt_arguments(
             dataset, batch_size, shuffle, sampler, batch_sampler, drop_last)
@@ -274,3 +274,14 @@ def _rank_and_world(distributed: bool | None) -> tuple[int, int]:
     if distributed is False or not initialised:
         return 0, 1
     return dist.get_rank(), dist.get_world_size()
+
+
+def _image_place(dataset: Any) -> int:
+    """Where a tuple batch holds the images (``PackedDataset(fields=..., sample_as="tuple")``),
+    for mean/std; 0 for any other dataset. Refused when its fields have no image."""
+    fields, as_tuple = getattr(dataset, "fields", None), getattr(dataset, "sample_as", "dict") == "tuple"
+    if not as_tuple or not isinstance(fields, tuple):
+        return 0
+    if "image" not in fields:
+        raise ValueError(f"mean/std normalise the images, but the dataset's fields={fields!r} have no 'image'")
+    return fields.index("image")

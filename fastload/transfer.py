@@ -42,18 +42,22 @@ def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
 class Normalizer:
     """``(x / 255 - mean) / std`` on uint8 ``N×C×H×W`` images, as one fused multiply-add in float32."""
 
-    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+    def __init__(self, mean: Sequence[float], std: Sequence[float], image_at: int = 0) -> None:
         if len(mean) != len(std) or any(s <= 0 for s in std):
             raise ValueError(f"mean={list(mean)} and std={list(std)}: need equal lengths and std > 0")
+        self.image_at = image_at  # the images' place in a tuple batch (fields= asked as tuples)
         self.scale = torch.tensor([1.0 / (255.0 * s) for s in std]).view(1, -1, 1, 1)
         self.shift = torch.tensor([-m / s for m, s in zip(mean, std)]).view(1, -1, 1, 1)
         self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __call__(self, batch: Any) -> Any:
-        """Normalise the batch's first element when it is a uint8 image tensor (a dict batch: its
-        ``"image"``); the rest unchanged."""
+        """Normalise the batch's images when they are a uint8 image tensor: its first element, or
+        its ``image_at``-th (a dict batch: its ``"image"``); the rest unchanged."""
         if isinstance(batch, dict) and isinstance(batch.get("image"), torch.Tensor):
             return {**batch, "image": self((batch["image"],))[0]}  # (a skip count was read before)
+        if self.image_at and isinstance(batch, tuple) and len(batch) > self.image_at:
+            at = self.image_at
+            return (*batch[:at], self((batch[at],))[0], *batch[at + 1:])
         if not (isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], torch.Tensor)
                 and batch[0].dtype == torch.uint8 and batch[0].dim() == 4):
             return batch

@@ -189,3 +189,31 @@ def test_a_damaged_mask_is_named_or_skipped(segmentation, tmp_path):
     with pytest.warns(fastload.errors.SkippedRecordWarning, match="field 'mask'"):
         batch = next(iter(loader))
     assert batch["mask"].shape[0] == N - 1 and loader.stats()["skipped"] == 1
+    whole = fastload.PackedDataset(tmp_path / "d.fl", fields=("image", "mask"), on_error="skip")  # no crop
+    with pytest.warns(fastload.errors.SkippedRecordWarning, match="field 'mask'"):
+        kept = whole.__getitems__(list(range(N)))
+    assert len(kept) == N - 1 and kept.skipped == 1 and whole.skipped == 1
+
+
+def test_mean_std_normalise_the_image_wherever_a_tuple_holds_it(segmentation):
+    root, _ = segmentation
+    ds = fastload.PackedDataset(root / "d.fl", image_size=SIZE, train=False, fields=("mask", "image"),
+                                sample_as="tuple")
+    raw = next(iter(fastload.DataLoader(ds, batch_size=4)))
+    mask, image = next(iter(fastload.DataLoader(ds, batch_size=4, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))))
+    assert torch.equal(mask, raw[0]) and image.dtype == torch.float32
+    assert torch.allclose(image, (raw[1].float() / 255 - 0.5) / 0.25, atol=1e-5)
+    no_image = fastload.PackedDataset(root / "d.fl", fields=("mask",), sample_as="tuple")
+    with pytest.raises(ValueError, match="fields=\\('mask',\\) have no 'image'"):
+        fastload.DataLoader(no_image, batch_size=4, mean=(0.5,) * 3, std=(0.25,) * 3)
+
+
+def test_a_big_endian_npy_loads_in_native_order(tmp_path):
+    image, mask, _ = scene(20, 16, [2, 2, 10, 10])
+    (tmp_path / "a.png").write_bytes(image)
+    depth = np.arange(320, dtype=">f4").reshape(16, 20)
+    np.save(tmp_path / "a.npy", depth)
+    (tmp_path / "list.jsonl").write_text(json.dumps({"path": "a.png", "depth": "a.npy"}) + "\n")
+    pack(tmp_path / "list.jsonl", tmp_path / "d.fl", file_columns=("depth",), progress=False)
+    got = fastload.PackedDataset(tmp_path / "d.fl", fields=("depth",))[0]["depth"]
+    assert got.dtype == torch.float32 and np.array_equal(got.numpy(), depth.astype("=f4"))

@@ -151,6 +151,27 @@ def test_missing_unreadable_or_mistyped_files_are_refused(listed, tmp_path):
         pack(root / "list.csv", tmp_path / "e.fl", file_columns=("mask",), max_side=20, progress=False)
 
 
+def test_a_damaged_first_file_does_not_decide_the_field_type(listed, tmp_path):
+    root, _ = listed
+    (root / "ann" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    rows = list(csv.DictReader((root / "list.csv").read_text().splitlines()))
+    rows[0]["mask"] = "ann/broken.png"
+    write_rows(root / "broken.csv", rows)
+    report = pack(root / "broken.csv", tmp_path / "d.fl", file_columns=("mask",), on_error="skip", progress=False)
+    assert report.num_records == N - 1 and [s.rel for s in report.skipped_files] == ["img/0.jpg"]
+    assert fastload.PackedDataset(tmp_path / "d.fl").manifest.fields["mask"] == "mask"
+
+
+def test_a_renamed_file_column_is_another_pack(listed, tmp_path):
+    root, _ = listed
+    pack(root / "list.csv", tmp_path / "d.fl", file_columns=("mask",), progress=False)
+    text = (root / "list.csv").read_text().splitlines()
+    (root / "renamed.csv").write_text("\n".join([text[0].replace(",mask,", ",seg,"), *text[1:]]) + "\n")
+    again = pack(root / "renamed.csv", tmp_path / "d.fl", file_columns=("seg",), overwrite=True, progress=False)
+    assert not again.already_packed
+    assert "seg" in fastload.PackedDataset(tmp_path / "d.fl").manifest.fields
+
+
 def test_a_changed_mask_redoes_its_shard_on_resume(listed, tmp_path):
     root, _ = listed
     work = tmp_path / "src"
