@@ -59,21 +59,25 @@ def field_type(data: bytes, rel: str) -> str | None:
 
 
 def check_record_files(types: dict[str, str], files: Sequence[SourceFile], contents: Sequence[bytes | OSError],
-                       width: int, height: int, max_pixels: int) -> list[tuple[bytes, int, FileFacts]]:
-    """Check a record's file fields' ``contents`` (its image ``width`` x ``height``): each one's
-    bytes, checksum and facts; InvalidFile naming the field and file for the first bad one."""
+                       width: int, height: int, max_pixels: int,
+                       decode: bool = False) -> list[tuple[bytes, int, FileFacts]]:
+    """Check a record's file fields' ``contents`` (its image ``width`` x ``height``; ``decode``:
+    images decoded whole, as ``--check decode`` does the record's): each one's bytes, checksum
+    and facts; InvalidFile naming the field and file for the first bad one."""
     out = []
     for (name, kind), file, data in zip(types.items(), files, contents):
         try:
             if isinstance(data, OSError):
                 raise InvalidFile(f"unreadable file ({data.strerror or data})")
-            out.append((data, record_checksum(data), check_file(data, file.rel, kind, width, height, max_pixels)))
+            out.append((data, record_checksum(data),
+                        check_file(data, file.rel, kind, width, height, max_pixels, decode)))
         except InvalidFile as exc:
             raise InvalidFile(f"its {name} file {file.rel}: {exc.reason}") from None
     return out
 
 
-def check_file(data: bytes, rel: str, kind: str, width: int, height: int, max_pixels: int) -> FileFacts:
+def check_file(data: bytes, rel: str, kind: str, width: int, height: int, max_pixels: int,
+               decode: bool = False) -> FileFacts:
     """Check one file of a field of type ``kind`` beside an image of ``width`` x ``height`` (-1:
     the record is not an image); raise InvalidFile saying what is wrong."""
     if kind == "file":
@@ -82,7 +86,7 @@ def check_file(data: bytes, rel: str, kind: str, width: int, height: int, max_pi
         shape = _npy_shape(data)
         spatial = width > 0 and len(shape) >= 2 and (shape[0], shape[1]) == (height, width)
         return FileFacts(width, height) if spatial else FileFacts()
-    header = check_image(data, max_pixels=max_pixels)
+    header = check_image(data, decode=decode, max_pixels=max_pixels)
     if width > 0 and (header.width, header.height) != (width, height):
         raise InvalidFile(f"{header.width}x{header.height}, its image is {width}x{height}: a field that "
                           "follows the image's crop must be its size")

@@ -361,7 +361,8 @@ class _Packer:
             return loaded
         try:
             loaded.files = check_record_files(self.file_types, self.items[index].files, files, loaded.width,
-                                              loaded.height, self.options["max_pixels"])
+                                              loaded.height, self.options["max_pixels"],
+                                              decode=self.options["check"] == "decode")
         except InvalidFile as exc:
             return _Loaded(index, None, reason=exc.reason)
         return loaded

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import zlib
 
 import numpy as np
 import pytest
@@ -32,6 +33,16 @@ def npy(array: np.ndarray) -> bytes:
     out = io.BytesIO()
     np.save(out, array, allow_pickle=False)
     return out.getvalue()
+
+
+def garbled_pixels(png: bytes) -> bytes:
+    """The PNG with its compressed pixels replaced by junk of the same length, every chunk's CRC
+    still right: its structure checks out, its pixels do not decode."""
+    start = png.index(b"IDAT") - 4
+    length = int.from_bytes(png[start:start + 4], "big")
+    junk = bytes((7 * k + 3) % 256 for k in range(length))
+    crc = zlib.crc32(b"IDAT" + junk).to_bytes(4, "big")
+    return png[:start + 8] + junk + crc + png[start + 12 + length:]
 
 
 def write_rows(path, rows: list[dict]) -> None:
@@ -160,6 +171,19 @@ def test_a_damaged_first_file_does_not_decide_the_field_type(listed, tmp_path):
     report = pack(root / "broken.csv", tmp_path / "d.fl", file_columns=("mask",), on_error="skip", progress=False)
     assert report.num_records == N - 1 and [s.rel for s in report.skipped_files] == ["img/0.jpg"]
     assert fastload.PackedDataset(tmp_path / "d.fl").manifest.fields["mask"] == "mask"
+
+
+def test_check_decode_decodes_file_fields_too(listed, tmp_path):
+    root, _ = listed
+    (root / "ann" / "cut.png").write_bytes(garbled_pixels((root / "ann" / "3.png").read_bytes()))
+    rows = list(csv.DictReader((root / "list.csv").read_text().splitlines()))
+    rows[3]["mask"] = "ann/cut.png"
+    write_rows(root / "cut.csv", rows)
+    assert pack(root / "cut.csv", tmp_path / "h.fl", file_columns=("mask",), progress=False).num_records == N
+    report = pack(root / "cut.csv", tmp_path / "d.fl", file_columns=("mask",), check="decode", on_error="skip",
+                  progress=False)
+    assert [s.rel for s in report.skipped_files] == ["img/3.jpg"]
+    assert "its mask file ann/cut.png" in report.skipped_files[0].reason
 
 
 def test_a_renamed_file_column_is_another_pack(listed, tmp_path):
