@@ -91,7 +91,10 @@ def _attach_file_sidecars(listing: SourceListing, on_error: str) -> list[str]:
     for stem, image in images.items():
         missing = [kind for kind in kinds if kind not in others[stem]]
         if missing:
-            reason = (f"no {Path(image.rel).stem}{missing[0]} beside it, though other images have one; "
+            own = Path(image.rel).suffix.lower()
+            reason = (f"a {own} with no image of its basename beside it, though it is another image's field "
+                      "elsewhere; add its image or remove it, or pass --on-error skip" if own in kinds else
+                      f"no {Path(image.rel).stem}{missing[0]} beside it, though other images have one; "
                       "add it, or pass --on-error skip")
             if on_error != "skip":
                 raise SourceError(f"{image.path}: {reason}")

@@ -256,6 +256,11 @@ def test_a_missing_grouped_file_is_refused_or_skipped(grouped, tmp_path):
         pack(src, tmp_path / "a.fl", sidecars=True, progress=False)
     report = pack(src, tmp_path / "b.fl", sidecars=True, on_error="skip", progress=False)
     assert report.num_records == N - 1 and [s.rel for s in report.skipped_files] == ["dog/0002.jpg"]
+    (src / "cat" / "0001.jpg").unlink()  # its mask left alone: an orphan, not an image
+    with pytest.raises(SourceError, match=r"cat/0001.png: a .png with no image of its basename beside it"):
+        pack(src, tmp_path / "o.fl", sidecars=True, progress=False)
+    orphan = pack(src, tmp_path / "p.fl", sidecars=True, on_error="skip", progress=False)
+    assert sorted(s.rel for s in orphan.skipped_files) == ["cat/0001.png", "dog/0002.jpg"]
     (src / "dog" / "0004.jpg").rename(src / "dog" / "0004.bmp")
     Image.open(io.BytesIO(make_jpeg(40, 32, seed=4))).save(src / "dog" / "0004.bmp")
     with pytest.raises(SourceError, match=r"0004\.\*: 2 images share this basename and none"):
