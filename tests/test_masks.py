@@ -17,6 +17,7 @@ from PIL import Image
 import fastload
 from converters import pack
 from fastload.errors import CorruptRecordError
+from tests.test_boxes import picture
 
 SEED, N, SIZE = 5, 16, 48
 
@@ -25,20 +26,14 @@ def scene(width: int, height: int, rect: list[int]) -> tuple[bytes, bytes, bytes
     """A black PNG with a red rectangle at ``rect``, its mask (1 there, 0 elsewhere, class 2 on a
     column stripe), and a float depth map whose value is the pixel's own source coordinates."""
     x0, y0, x1, y1 = rect
-    pixels = np.zeros((height, width, 3), dtype=np.uint8)
-    pixels[y0:y1, x0:x1] = (255, 0, 0)
     mask = np.zeros((height, width), dtype=np.uint8)
     mask[y0:y1, x0:x1] = 1
     mask[:, width - 3:] = 2
     depth = (np.arange(height)[:, None] * 1000 + np.arange(width)[None, :]).astype(np.float64)
-    out = []
-    for array in (pixels, mask):
-        buf = io.BytesIO()
-        Image.fromarray(array).save(buf, format="PNG")  # lossless: edges stay sharp
-        out.append(buf.getvalue())
-    buf = io.BytesIO()
-    np.save(buf, depth)
-    return out[0], out[1], buf.getvalue()
+    mask_png, depth_npy = io.BytesIO(), io.BytesIO()
+    Image.fromarray(mask).save(mask_png, format="PNG")
+    np.save(depth_npy, depth)
+    return picture(width, height, rect), mask_png.getvalue(), depth_npy.getvalue()
 
 
 @pytest.fixture(scope="module")
