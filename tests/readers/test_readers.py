@@ -62,6 +62,57 @@ def test_read_many_in_any_order_across_shards(reader_and_files):
     assert all(isinstance(b, bytes) for b in reader.read_many([0, len(expected) - 1]))
 
 
+def test_read_batches_gives_each_batch_in_turn_with_the_next_in_flight(reader_and_files):
+    reader, expected = reader_and_files
+    order = list(range(len(expected))) * 2
+    random.Random(1).shuffle(order)
+    batches = [order[k:k + 7] for k in range(0, len(order), 7)] + [[3], []]
+    got = list(reader.read_batches(iter(batches)))  # any iterable: the next batch is taken early
+    assert got == [[expected[i] for i in batch] for batch in batches]
+    assert list(reader.read_batches(batches[:2], checked=False)) == got[:2]
+    assert list(reader.read_batches([])) == []
+    pending = reader.start_reads(batches[0])  # returns before its reads land; result() waits
+    assert pending.result() == got[0] and pending.result() == got[0]
+
+
+def test_a_damaged_batch_is_raised_in_its_turn_after_the_ones_before(packed, storage, tmp_path):
+    out = copy_dataset(packed(storage)[0], tmp_path / "ds")
+    reader = open_reader(out)
+    n = len(reader.index.path)
+    victim = n // 2
+    expected = [reader.read(i) for i in range(n)]
+    reader.close()
+    flip_payload_byte(out, victim)
+    reader = open_reader(out)
+    batches = [list(range(k, min(k + 4, n))) for k in range(0, n, 4)]
+    bad = victim // 4
+    stream = reader.read_batches(batches)
+    for k in range(bad):  # those before it, whole, though the damaged batch was read ahead of them
+        assert next(stream) == expected[batches[k][0]:batches[k][-1] + 1]
+    with pytest.raises(CorruptRecordError, match=rf"record {victim} \(.*\): checksum mismatch"):
+        next(stream)
+    with pytest.raises(StopIteration):
+        next(stream)  # a generator that raised is done: nothing after it is delivered out of turn
+    unchecked = list(reader.read_batches(batches, checked=False))
+    assert unchecked[bad][victim % 4] != expected[victim] and len(unchecked) == len(batches)
+    reader.close()
+
+
+def test_a_record_the_shard_lacks_is_raised_in_its_batch_turn(packed, tmp_path):
+    out = copy_dataset(packed("lmdb")[0], tmp_path / "ds")
+    victim = _rewrite_lmdb_record(out, 1, None)
+    reader = open_reader(out)
+    others = [i for i in range(len(reader.index.path)) if i != victim]
+    stream = reader.read_batches([others[:3], [victim], others[3:6]])
+    assert next(stream) == reader.read_many(others[:3])  # the next batch's locate failed already
+    with pytest.raises(CorruptRecordError, match=rf"record {victim} \(.*\): record missing from its shard"):
+        next(stream)
+    pending = reader.start_reads([others[0], victim])
+    with pytest.raises(CorruptRecordError, match="record missing from its shard"):
+        pending.result()  # start_reads itself never raises: the batch's result does
+    reader.close()
+
+
 def test_handles_open_lazily_and_are_never_pickled(reader_and_files):
     reader, expected = reader_and_files
     reader.close()

@@ -260,6 +260,26 @@ def test_a_decoded_batch_is_fetched_in_one_round_not_per_record(tree, uploaded, 
     assert len(batch) == 16 and len(gets) == len(shards)  # neighbours coalesced: one GET per shard
 
 
+def test_batches_read_in_turn_fetch_the_next_one_ahead(tree, uploaded, s3_server, fault_proxy):
+    opts = s3_server.storage_options(fault_proxy.url)
+    remote = PackedDataset(f"s3://{uploaded}/lmdb.fl", storage_options=opts, cache_limit=0)
+    local = PackedDataset(tree.parent / "local-lmdb.fl")
+    by_shard = [np.flatnonzero(remote.index.shard == s).tolist() for s in range(2)]
+    batches = [by_shard[0][:3], by_shard[1][:3]]
+    for shard in (0, 1):
+        remote.reader.handle(shard)  # opened (its tree read) before counting
+    fault_proxy.clear()
+    stream = remote.reader.read_batches(batches)
+    assert next(stream) == local.reader.read_many(batches[0])
+    second = f"/{remote.manifest.shards[1].file}"
+    deadline = time.monotonic() + 10  # its fetch was started with the first: it lands unasked
+    while not any(_is_range_get(r) and r.path.endswith(second) for r in fault_proxy.requests):
+        assert time.monotonic() < deadline, "the second batch was not fetched ahead"
+        time.sleep(0.01)
+    assert next(stream) == local.reader.read_many(batches[1])
+    assert next(stream, None) is None
+
+
 def test_filling_ahead_puts_every_shard_in_the_cache(tree, uploaded, s3_server, fault_proxy, tmp_path):
     opts = s3_server.storage_options(fault_proxy.url)
     remote = PackedDataset(f"s3://{uploaded}/lmdb.fl", storage_options=opts, cache_dir=tmp_path / "c")
