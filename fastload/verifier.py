@@ -76,24 +76,42 @@ def verify(path: str | os.PathLike[str], *, decode: bool = False,
             report.problems.append(str(exc))
         except OSError as exc:
             report.problems.append(f"{shard.file}: {exc.strerror}")
+    fields = (None, *reader.index.files)
+    reads = ((list(range(start, min(start + BATCH, manifest.num_records))), field)
+             for start in range(0, manifest.num_records, BATCH) for field in fields)
+    pending = None
     try:
-        for start in range(0, manifest.num_records, BATCH):
-            indices = list(range(start, min(start + BATCH, manifest.num_records)))
-            for field in (None, *reader.index.files):
-                for i, data in zip(indices, _read_each(reader, indices, report, field)):
-                    if data is not None:
-                        _check_record(report, reader, i, data, decode, field)
-            report.checked += len(indices)
-            if progress is not None:
-                progress(len(indices))
+        # the next reads started before this batch is checked: the disk or store never waits on us
+        for indices, field in reads:
+            started = (indices, field, reader.start_reads(indices, field))
+            if pending is not None:
+                _check_batch(report, reader, *pending, decode, progress, fields)
+            pending = started
+        if pending is not None:
+            _check_batch(report, reader, *pending, decode, progress, fields)
     finally:
+        if pending is not None:
+            pending[2].cancel()
         reader.close()
     return report
 
 
-def _read_each(reader, indices: list[int], report: VerifyReport, field: str | None) -> list[bytes | None]:
+def _check_batch(report: VerifyReport, reader, indices: list[int], field: str | None, reads: Any,
+                 decode: bool, progress: Callable[[int], None] | None, fields: tuple[str | None, ...]) -> None:
+    """Check one batch's payloads of ``field``; once its last field is checked, count the batch."""
+    for i, data in zip(indices, _read_each(reader, indices, reads, report, field)):
+        if data is not None:
+            _check_record(report, reader, i, data, decode, field)
+    if field == fields[-1]:
+        report.checked += len(indices)
+        if progress is not None:
+            progress(len(indices))
+
+
+def _read_each(reader, indices: list[int], reads: Any, report: VerifyReport,
+               field: str | None) -> list[bytes | None]:
     try:
-        return reader.read_raw(indices, field)
+        return reads.result()
     except FastloadError:
         out: list[bytes | None] = []
         for i in indices:  # find exactly which records cannot be read
