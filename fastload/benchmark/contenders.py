@@ -10,8 +10,9 @@ With a cold cache, each row first drops its files from the page cache.
 from __future__ import annotations
 
 import gc
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ class RawReads:
 
     Each batch's reads are split into chunks read by ``threads`` threads at once, as a loader with
     many reads in flight would (``threads=1``: the whole batch to ``read_many``, for a reader that
-    keeps its own requests in flight); a new iteration is a new shuffle. ``subset``: read only the
+    keeps its own requests in flight), the next batch's reads queued behind them; a new iteration
+    is a new shuffle. ``subset``: read only the
     first ``subset`` records of the first iteration's order (what an earlier run of the same seed
     read), reshuffled each iteration.
     """
@@ -49,11 +51,22 @@ class RawReads:
         order = rng.permutation(self.count) if self.records is None else rng.permutation(self.records)
         self.epoch += 1
         chunk = max(1, self.batch_size // self.threads)
-        with ThreadPoolExecutor(self.threads, thread_name_prefix="fastload-bench-read") as pool:
+        # two batches' reads queued at once, as a loader keeps the next one going: no contender's
+        # disk or store idles while a batch's slowest read lands (threads=1: two read_many at once)
+        with ThreadPoolExecutor(max(2, self.threads), thread_name_prefix="fastload-bench-read") as pool:
+            queued: deque[list[Future[list[bytes]]]] = deque()
             for start in range(0, self.count, self.batch_size):
                 batch = order[start:start + self.batch_size].tolist()
-                parts = pool.map(self.read_many, [batch[k:k + chunk] for k in range(0, len(batch), chunk)])
-                yield torch.tensor([len(b) for part in parts for b in part], dtype=torch.int64)
+                queued.append([pool.submit(self.read_many, batch[k:k + chunk]) for k in range(0, len(batch), chunk)])
+                if len(queued) > 1:
+                    yield _sizes(queued.popleft())
+            while queued:
+                yield _sizes(queued.popleft())
+
+
+def _sizes(parts: list[Future[list[bytes]]]) -> torch.Tensor:
+    """The payload sizes of one batch's reads, once they have all landed."""
+    return torch.tensor([len(b) for part in parts for b in part.result()], dtype=torch.int64)
 
 
 def raw_batch_bytes(batch: torch.Tensor) -> int:
