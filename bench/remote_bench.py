@@ -35,6 +35,7 @@ import os
 import platform
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cli-json", default=None, metavar="FILE",
                    help="also run `fastload bench PHOTOS_URL --packed PACKED_URL` through the proxy "
                         "and write its report here (its table is printed)")
+    p.add_argument("--cold-rounds", type=int, default=5,
+                   help="rounds of the local cold rows, each pair in turn (5): the ratio is their median")
     p.add_argument("--rows", default=None, help="only these rows (names separated by ';')")
     p.add_argument("--row", default=None, help=argparse.SUPPRESS)  # internal: run one row, print JSON
     p.add_argument("--row-args", default="{}", help=argparse.SUPPRESS)
@@ -181,9 +184,12 @@ def row_raw_cold(a: dict[str, Any]) -> dict[str, Any]:
     order = np.random.default_rng(0).permutation(len(ds)).tolist()
     ds.reader.read_many(order[:2])  # shards opened (the LMDB page walk) before the clock starts
     drop_cache([str(Path(a["local"]) / s.file) for s in ds.manifest.shards])
+    batches = _batches(order)
     start, got = time.perf_counter(), 0
-    for batch in _batches(order):
-        got += sum(len(p) for p in ds.reader.read_many(batch))
+    if a.get("ahead", True):  # the next batch's reads in flight while one is used (what verify does)
+        got = sum(len(p) for payloads in ds.reader.read_batches(batches) for p in payloads)
+    else:  # a batch at a time: each waits for its slowest read
+        got = sum(len(p) for batch in batches for p in ds.reader.read_many(batch))
     return {"records": len(order), "seconds": time.perf_counter() - start, "bytes": got}
 
 
@@ -242,7 +248,7 @@ def _run_row(name: str, kind: str, args: dict[str, Any], proxy: Any, server_pid:
         e["rate"] = e["records"] / e["seconds"]
     result["rate"] = result["records"] / result["seconds"]
     total = sum(e["seconds"] for e in result.get("epochs", [result]))
-    print(f"{name:<28} {result['rate']:>9,.0f} records/s  {result['records']:>6} records  "
+    print(f"{name:<44} {result['rate']:>9,.0f} records/s  {result['records']:>6} records  "
           f"{result['requests']:>6} requests  peak {result['peak_mb']:.0f} MB  store+proxy CPU "
           f"{(result['server_cpu_s'] + result['proxy_cpu_s']) / total:.2f} cores", flush=True)
     return result
@@ -262,6 +268,13 @@ def _ratios(by: dict[str, dict[str, Any]]) -> dict[str, float]:
         row = by[name]
         return row["rate"] if epoch is None else row["epochs"][epoch]["rate"]
 
+    def paired(a: str, b: str) -> float:
+        """The median over rounds of row ``a``'s rate / row ``b``'s in the same round."""
+        rounds = sorted({n.split(" #")[1] for n in by if n.startswith(f"{a} #")})
+        if not rounds:
+            raise KeyError(a)  # the rows did not run
+        return statistics.median(rate(f"{a} #{k}") / rate(f"{b} #{k}") for k in rounds)
+
     wanted: dict[str, Any] = {
         "packed no cache / small objects": lambda: rate("packed, no cache") / rate("small objects"),
         "packed cold (epoch 1) / small objects":
@@ -271,8 +284,10 @@ def _ratios(by: dict[str, dict[str, Any]]) -> dict[str, float]:
         "packed cold (epoch 1) / store ceiling":
             lambda: rate("packed, cache cold+warm", 0) / rate("store ceiling, 4 MiB pieces"),
         "packed warm (epoch 2) / local disk": lambda: rate("packed, cache cold+warm", 1) / rate("local disk"),
-        "local cold: fastload / threaded pread":
-            lambda: rate("local disk cold, fastload") / rate("local disk cold, pread x64"),
+        "local cold: fastload / threaded pread (median of rounds)":
+            lambda: paired("local disk cold, fastload", "local disk cold, pread x64"),
+        "local cold: a batch at a time / threaded pread (median of rounds)":
+            lambda: paired("local disk cold, a batch at a time", "local disk cold, pread x64"),
         "train store / local, epoch 1": lambda: rate("train, store cold+warm", 0) / rate("train, local disk", 0),
         "train store / local, epoch 2": lambda: rate("train, store cold+warm", 1) / rate("train, local disk", 1),
         "train peak RSS store / local":
@@ -344,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
                 return str(path)
 
             def row(name: str, kind: str, **extra: Any) -> None:
-                if args.rows is None or name in args.rows.split(";"):
+                if args.rows is None or name.split(" #")[0] in args.rows.split(";"):
                     rows.append(_run_row(name, kind, {**common, **extra}, proxy, server.process.pid))
 
             if args.cli_json:
@@ -361,8 +376,10 @@ def main(argv: list[str] | None = None) -> int:
                 row(f"packed, cache cold, fill ahead, {streams} stream{'s' * (streams > 1)}", "raw", url=packed_url,
                     cache_dir=cache(f"s{streams}"), cache_limit=4 * total, fill=True, fill_streams=streams)
             row("local disk", "raw", local=args.packed)
-            row("local disk cold, fastload", "raw-cold", local=args.packed)
-            row("local disk cold, pread x64", "pread", local=args.packed)
+            for k in range(1, args.cold_rounds + 1):  # rows of ~1 s on a shared disk: paired, alternating
+                row(f"local disk cold, fastload #{k}", "raw-cold", local=args.packed)
+                row(f"local disk cold, a batch at a time #{k}", "raw-cold", local=args.packed, ahead=False)
+                row(f"local disk cold, pread x64 #{k}", "pread", local=args.packed)
             for policy in ("keep", "lru"):
                 row(f"policy {policy}, cache 1/2", "raw", url=packed_url, epochs=3,
                     cache_dir=cache(f"p-{policy}"), cache_limit=total // 2, policy=policy)
