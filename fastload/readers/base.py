@@ -253,34 +253,32 @@ class PendingReads:
 COLD_READS_IN_FLIGHT = 64
 """Threads reading records that are not in the page cache (a local disk serves many at once)."""
 
-_pool: ThreadPoolExecutor | None = None
-_pool_pid = -1
+BATCH_FETCHES = 4
+"""Threads fetching remote batches started ahead (``start_reads``): one waited for, one behind it,
+for two readers at once."""
+
+_pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}  # name -> (pid that made it, pool)
+
+
+def _process_pool(name: str, threads: int) -> ThreadPoolExecutor:
+    """This process's pool ``name`` (made again after a fork: a pool's threads do not survive one)."""
+    made = _pools.get(name)
+    if made is None or made[0] != os.getpid():
+        with _open_lock:
+            made = _pools.get(name)
+            if made is None or made[0] != os.getpid():
+                made = _pools[name] = (os.getpid(), ThreadPoolExecutor(threads, thread_name_prefix=f"fastload-{name}"))
+    return made[1]
 
 
 def _cold_reads() -> ThreadPoolExecutor:
-    """This process's pool for reads that wait for the disk (made again after a fork)."""
-    global _pool, _pool_pid
-    if _pool is None or _pool_pid != os.getpid():
-        with _open_lock:
-            if _pool is None or _pool_pid != os.getpid():
-                _pool = ThreadPoolExecutor(COLD_READS_IN_FLIGHT, thread_name_prefix="fastload-read")
-                _pool_pid = os.getpid()
-    return _pool
-
-
-_fetches: ThreadPoolExecutor | None = None
-_fetches_pid = -1
+    """The reads that wait for the disk."""
+    return _process_pool("read", COLD_READS_IN_FLIGHT)
 
 
 def _batch_fetches() -> ThreadPoolExecutor:
-    """This process's threads that fetch remote batches started ahead (``start_reads``)."""
-    global _fetches, _fetches_pid
-    if _fetches is None or _fetches_pid != os.getpid():
-        with _open_lock:
-            if _fetches is None or _fetches_pid != os.getpid():
-                _fetches = ThreadPoolExecutor(4, thread_name_prefix="fastload-fetch")
-                _fetches_pid = os.getpid()
-    return _fetches
+    """The remote batches started ahead."""
+    return _process_pool("fetch", BATCH_FETCHES)
 
 
 def _will_need(places: Sequence[tuple[int, int, int]]) -> None:
