@@ -83,14 +83,14 @@ def verify(path: str | os.PathLike[str], *, decode: bool = False,
     try:
         # the next reads started before this batch is checked: the disk or store never waits on us
         for indices, field in reads:
-            started = (indices, field, reader.start_reads(indices, field))
-            if pending is not None:
-                _check_batch(report, reader, *pending, decode, progress, fields)
-            pending = started
+            previous, pending = pending, (indices, field, reader.start_reads(indices, field))
+            if previous is not None:
+                _check_batch(report, reader, *previous, decode, progress, fields)
         if pending is not None:
-            _check_batch(report, reader, *pending, decode, progress, fields)
+            previous, pending = pending, None
+            _check_batch(report, reader, *previous, decode, progress, fields)
     finally:
-        if pending is not None:
+        if pending is not None:  # a batch's check raised: the reads started after it are not wanted
             pending[2].cancel()
         reader.close()
     return report

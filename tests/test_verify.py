@@ -69,6 +69,26 @@ def test_a_missing_shard_is_a_dataset_problem_and_its_records_are_bad(damaged):
     assert len(report.bad) == gone.num_records and {b.shard for b in report.bad} == {gone.file}
 
 
+def test_damage_is_found_batch_after_batch_with_the_next_batch_read_ahead(damaged, monkeypatch):
+    import fastload.verifier
+    from fastload.format import RecordIndex
+
+    monkeypatch.setattr(fastload.verifier, "BATCH", 3)  # many batches, each read while one is checked
+    out, files = damaged
+    manifest = read_manifest(out)
+    shards = RecordIndex(out, manifest).shard
+    victim = int((shards == 0).nonzero()[0][-1])  # shard 0's last record: not in the first batch
+    assert victim >= 3
+    flip_payload_byte(out, victim)
+    gone = manifest.shards[1]
+    (out / gone.file).unlink()
+    seen = []
+    report = verify(out, progress=seen.append)
+    assert report.checked == report.num_records == len(files) == sum(seen) and max(seen) == 3
+    assert {b.record for b in report.bad} == {victim, *(shards == 1).nonzero()[0].tolist()}
+    assert report.problems == [f"{gone.file}: No such file or directory"]
+
+
 def test_a_truncated_shard_is_reported_not_a_crash(damaged):
     # LMDB maps its file: a truncated shard read naively is SIGBUS, so run the real CLI and watch it.
     out, files = damaged

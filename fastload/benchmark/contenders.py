@@ -31,9 +31,8 @@ class RawReads:
     Each batch's reads are split into chunks read by ``threads`` threads at once, as a loader with
     many reads in flight would (``threads=1``: the whole batch to ``read_many``, for a reader that
     keeps its own requests in flight), the next batch's reads queued behind them; a new iteration
-    is a new shuffle. ``subset``: read only the
-    first ``subset`` records of the first iteration's order (what an earlier run of the same seed
-    read), reshuffled each iteration.
+    is a new shuffle. ``subset``: read only the first ``subset`` records of the first iteration's
+    order (what an earlier run of the same seed read), reshuffled each iteration.
     """
 
     def __init__(self, read_many: Callable[[list[int]], list[bytes]], count: int, batch_size: int,

@@ -227,7 +227,6 @@ class ShardReader:
         handle.close()
 
 
-
 class PendingReads:
     """A batch's reads under way (``start_reads``)."""
 
