@@ -55,7 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--in-flight", type=int, default=64, help="requests in flight per contender (64)")
     p.add_argument("--small-records", type=int, default=3000,
                    help="photos read by the small-objects row (its rate is per request: steady early)")
-    p.add_argument("--work", default=None, help="folder for the caches (default: a temp folder)")
+    p.add_argument("--work", default=None,
+                   help="folder for the caches, kept (default: a temp folder, deleted after the run)")
     p.add_argument("--skip-train", action="store_true", help="leave out the train pipeline rows")
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--cli-json", default=None, metavar="FILE",
@@ -389,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
                     cache_limit=4 * total)
     finally:
         server.stop()
+        if args.work is None:  # the caches it made: GBs a run
+            shutil.rmtree(work, ignore_errors=True)
     ratios = _ratios({r["name"]: r for r in rows})
     for name, value in ratios.items():
         print(f"{name:<40} {value:6.2f}x")
