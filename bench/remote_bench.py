@@ -238,6 +238,10 @@ def _run_row(name: str, kind: str, args: dict[str, Any], proxy: Any, server_pid:
     if done.returncode != 0:
         raise SystemExit(f"row {name!r} failed:\n{done.stderr[-4000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
+    warned = [line for line in done.stderr.splitlines() if "Warning:" in line]
+    for line in warned:  # what the row's reader said (a full cache disk would otherwise pass unseen)
+        print(f"  {name}: {line.strip()}", flush=True)
+    result["warnings"] = warned
     # the store and the proxy run on the same 2 cores as the reader: what they took is not the reader's
     result["server_cpu_s"] = _cpu_seconds(server_pid) - server_cpu
     result["proxy_cpu_s"] = _cpu_seconds(os.getpid()) - proxy_cpu
