@@ -331,7 +331,8 @@ class PackedDataset(torch.utils.data.Dataset):
                              self.decoder, self.reader.where, max_pixels=self.max_pixels,
                              failed=undecoded, sample_transform=self.sample_transform, values=values)
         if failed is not None and undecoded:
-            failed.update((indices[k], exc) for k, exc in undecoded.items())
+            # in the batch's order, not the order the decode threads met them: the first is warned of
+            failed.update((indices[k], exc) for k, exc in sorted(undecoded.items()))
             indices = [i for k, i in enumerate(indices) if k not in undecoded]
         if self._fields is not None:
             self._fields.into_batch(batch, batch.samples)
