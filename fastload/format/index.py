@@ -67,6 +67,20 @@ class FileColumn:
         return len(self.size)
 
 
+def _typed_columns(root: Path | str, manifest: Manifest, dtypes: dict[str, str], read: ReadFile | None,
+                   prefix: str = "") -> dict[str, np.ndarray]:
+    """The columns ``prefix + name`` of ``dtypes``, one per record, each of its dtype; a column
+    of another dtype raises ManifestError naming its file."""
+    cols = {}
+    for name, dtype in dtypes.items():
+        column = prefix + name
+        cols[name] = load_column(root, column, manifest.index[column], manifest.num_records, read=read)
+        if str(cols[name].dtype) != dtype:
+            raise ManifestError(f"{root}/{manifest.index[column].file}: column {column!r} is "
+                                f"{cols[name].dtype}, expected {dtype}; re-pack the dataset")
+    return cols
+
+
 def encode_arrays(arrays: Sequence[np.ndarray], element: str) -> tuple[np.ndarray, np.ndarray]:
     """Offsets (int64, N+1, in rows of the first dimension) and the flattened values of ``arrays``."""
     offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
@@ -196,12 +210,8 @@ class RecordIndex:
         self.root = root
         self.manifest = manifest
         n = manifest.num_records
-        numeric = {name: dtype for name, dtype in COLUMNS.items() if dtype != "str"}
-        cols = {name: load_column(root, name, manifest.index[name], n, read=read) for name in numeric}
-        for name, dtype in numeric.items():
-            if str(cols[name].dtype) != dtype:
-                raise ManifestError(f"{root}/{manifest.index[name].file}: column {name!r} is "
-                                    f"{cols[name].dtype}, expected {dtype}; re-pack the dataset")
+        cols = _typed_columns(root, manifest, {name: dtype for name, dtype in COLUMNS.items() if dtype != "str"},
+                              read)
         self.label: np.ndarray = cols["label"]
         self.shard: np.ndarray = cols["shard"]
         self.position: np.ndarray = cols["position"]
@@ -216,14 +226,7 @@ class RecordIndex:
         for name, dtype in manifest.fields.items():
             column = FIELD_PREFIX + name
             if dtype in FILE_TYPES:
-                parts = {part: load_column(root, f"{column}.{part}", manifest.index[f"{column}.{part}"], n, read=read)
-                         for part in FILE_COLUMNS}
-                for part, want in FILE_COLUMNS.items():
-                    if str(parts[part].dtype) != want:
-                        full = f"{column}.{part}"
-                        raise ManifestError(f"{root}/{manifest.index[full].file}: column {full!r} is "
-                                            f"{parts[part].dtype}, expected {want}; re-pack the dataset")
-                self.files[name] = FileColumn(parts)
+                self.files[name] = FileColumn(_typed_columns(root, manifest, FILE_COLUMNS, read, f"{column}."))
                 continue
             self.fields[name] = (load_strings(root, manifest, column, read) if dtype == "str" else
                                  load_arrays(root, manifest, column, dtype, read) if array_type(dtype) else
