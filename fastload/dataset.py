@@ -296,8 +296,7 @@ class PackedDataset(torch.utils.data.Dataset):
                 parsed = [p for p in parsed if p[0] not in failed]
                 indices = [p[0] for p in parsed]
                 payloads = [data for data in payloads if data is not None]
-        files = self._fields.files if self._fields is not None else ()
-        reads = {name: self.reader.prefetched(indices, name) for name in files}  # a batch's file fields at once
+        reads = self._file_field_reads(indices)
         samples = []
         for i, data in zip(indices, payloads):
             try:
@@ -324,7 +323,7 @@ class PackedDataset(torch.utils.data.Dataset):
         read = self.reader.prefetched(indices)  # a remote batch is fetched here, all at once
         values = None
         if self._fields is not None:
-            sample_fields, reads = self._fields, {name: self.reader.prefetched(indices, name) for name in files}
+            sample_fields, reads = self._fields, self._file_field_reads(indices)
             values = lambda i, plan, at: sample_fields.values(i, plan, at, reads)  # noqa: E731
         batch = decode_batch(pipeline, read, parsed, self.index.width[indices],
                              self.index.height[indices], self.index.label[indices],
@@ -340,6 +339,12 @@ class PackedDataset(torch.utils.data.Dataset):
         if self.target_transform is not None:
             return [(image, self._target(i, label)) for i, (image, label) in zip(indices, batch)]
         return batch
+
+    def _file_field_reads(self, indices: list[int]) -> dict[str, Callable[[int], bytes]]:
+        """``read(i)`` of each file field asked for, for a batch's records (a store's batch fetched
+        at once, a field at a time)."""
+        files = self._fields.files if self._fields is not None else ()
+        return {name: self.reader.prefetched(indices, name) for name in files}
 
     def _read_skipping(self, indices: list[int], failed: dict[int, CorruptRecordError]) -> list[Any]:
         """Payloads of ``indices``, None (and an entry in ``failed``) for each damaged record."""
