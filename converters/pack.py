@@ -34,7 +34,7 @@ from fastload.decode import pixel_limit
 from fastload.errors import PackError, SourceError
 from fastload.format import FORMAT_VERSION, PACK_STATE_DIR, Manifest, StorageKind, record_checksum, shard_name
 from fastload.format.files import create_new, ensure_dir, read_regular, remove_entry
-from fastload.format.layout import SHARD_NAME
+from fastload.format.layout import FILE_COLUMNS, SHARD_NAME
 from fastload.storage.location import is_remote, local_path
 from fastload.storage.remote import RemoteStore
 
@@ -397,8 +397,8 @@ class _Packer:
         record: dict[str, Any] = {"digest": plan.digest, "file": name, "items": [], "sizes": [],
                                   "offsets": [], "checksums": [], "widths": [], "heights": [], "skips": [],
                                   "kept_as_is": [], "positions": [],
-                                  "files": {field: {"positions": [], "offsets": [], "sizes": [], "checksums": [],
-                                                    "widths": [], "heights": []} for field in self.file_types}}
+                                  # per file field, a list per index column ("positions", ...; see finalize)
+                                  "files": {field: {part + "s": [] for part in FILE_COLUMNS} for field in self.file_types}}
 
         def done(file_bytes: int, data_offset: int) -> None:
             record["bytes"], record["data_offset"] = file_bytes, data_offset
@@ -434,9 +434,9 @@ class _Packer:
             position += 1
             for field, (data, checksum, facts) in zip(self.file_types, got.files or ()):
                 behind.append(data)  # right after its record's file: one sequential read serves both
-                for key, value in (("positions", position), ("offsets", offset), ("sizes", len(data)),
-                                   ("checksums", checksum), ("widths", facts.width), ("heights", facts.height)):
-                    record["files"][field][key].append(value)
+                columns = (position, offset, len(data), checksum, facts.width, facts.height)  # FILE_COLUMNS' order
+                for part, value in zip(FILE_COLUMNS, columns, strict=True):
+                    record["files"][field][part + "s"].append(value)
                 offset += len(data)
                 position += 1
         record["entries"] = position
