@@ -24,10 +24,9 @@ from converters.checks import InvalidFile, check_image
 from converters.sources import Skip, SourceFile, SourceListing
 from fastload.errors import SourceError
 from fastload.format.files import open_regular
-from fastload.format.layout import IMAGE_EXTENSIONS, record_checksum
+from fastload.format.layout import IMAGE_EXTENSIONS, MASK_MODES, record_checksum
 
 _JPEG = (".jpg", ".jpeg")
-_ONE_CHANNEL = ("1", "L", "P", "I", "F", "I;16", "I;16L", "I;16B", "I;16N")
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ def field_type(data: bytes, rel: str) -> str | None:
 
     try:
         with Image.open(io.BytesIO(data)) as img:
-            return "mask" if img.mode in _ONE_CHANNEL else "image"
+            return "mask" if img.mode in MASK_MODES else "image"
     except Exception:  # noqa: BLE001 - Pillow raises many kinds; the file is checked for real later
         return None
 

@@ -24,10 +24,12 @@ from PIL import Image
 from fastload.decode import decode_as_stored, decode_crop, decode_rgb
 from fastload.decode_files import decode_npy
 from fastload.errors import CorruptRecordError
+from fastload.format.layout import MASK_MODES
 from fastload.transforms import CropPlan
 
-_MASK_DTYPES = {"1": np.uint8, "L": np.uint8, "P": np.uint8, "I": np.int32, "F": np.float32,
-                "I;16": np.int32, "I;16L": np.int32, "I;16B": np.int32, "I;16N": np.int32}
+# a mask's values kept: 8-bit (and 1-bit, palette) modes as uint8, 16- and 32-bit integers as int32
+_MASK_DTYPES = {mode: np.int32 if mode.startswith("I") else np.float32 if mode == "F" else np.uint8
+                for mode in MASK_MODES}
 
 
 def decode_file_field(kind: str, data: bytes, plan: CropPlan | None, *, where: str, max_pixels: int) -> Any:

@@ -49,6 +49,7 @@ FIELD_DTYPES = ("int64", "float64", "bool", "str")
 # "image": decoded like the record's image (RGB); "mask": a one-channel image (class ids, depth)
 # whose values are kept (nearest-neighbour through crops); "npy": a NumPy array; "file": bytes.
 FILE_TYPES = ("image", "mask", "npy", "file")
+MASK_MODES = ("1", "L", "P", "I", "F", "I;16", "I;16L", "I;16B", "I;16N")  # Pillow's one-channel modes
 FILE_COLUMNS: dict[str, str] = {
     "position": "int64", "offset": "int64", "size": "int64", "checksum": "uint64",
     "width": "int32", "height": "int32",  # the image's (or the array's first two dims), else -1
