@@ -152,7 +152,7 @@ def source_file(path: Path, rel: str, max_file_size: int | None) -> SourceFile:
         return SourceFile(path, rel, -1, -1)  # reported as unreadable when read, naming its record
     if max_file_size is not None and st.st_size > max_file_size:
         return SourceFile(path, rel, -1, -1)
-    return SourceFile(path, rel, st.st_size, st.st_mtime_ns)
+    return SourceFile(path, rel, st.st_size, st.st_mtime_ns, (st.st_ctime_ns, st.st_ino))
 
 
 def first_type(listing: SourceListing, column: int, name: str) -> str:

@@ -2,8 +2,10 @@
 replaced (built beside it, swapped in when complete).
 
 The rules, each in one place here:
-- OUT may be new, empty, an unfinished pack (only fastload's working files) or a finished
-  dataset (a ``manifest.json`` that parses as a fastload manifest); anything else is refused.
+- OUT may be new, empty, an unfinished pack (only fastload's working files, and its owner file
+  ``.pack/owner.json``, written first, that proves fastload made the folder) or a finished dataset
+  (a ``manifest.json`` that parses as a fastload manifest); anything else is refused.
+- A staging folder (a pack to a store) is new or empty, or holds the marker naming its URL.
 - Only files a fastload manifest lists, and fastload's own working files, are ever deleted; a
   dataset folder that also holds other files is never replaced.
 - A replacement is packed into a sibling folder and swapped with OUT (``renameat2`` exchange)
@@ -16,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import json
 import os
 import stat
 import warnings
@@ -28,8 +31,11 @@ from fastload.format import (
     INDEX_DIR, MANIFEST_NAME, PACK_LOCK_NAME, PACK_STATE_DIR, SKIPPED_REPORT_NAME, Manifest, fsync_dir,
     read_manifest,
 )
-from fastload.format.files import create_new, ensure_dir, remove_entry
-from fastload.format.folder import PACK_WORK_NAMES, WRITE_PROBE, left_by_a_pack
+from fastload.format.files import create_new, ensure_dir, read_regular, remove_entry, write_new
+from fastload.format.folder import PACK_WORK_NAMES, WRITE_PROBE, in_pack_state, left_by_a_pack
+from fastload.format.layout import PACK_OWNER_NAME, STAGING_MARKER_NAME, split_generation
+
+_MADE_BY = "fastload pack"  # the owner file's and the staging marker's "made_by"
 
 @dataclass
 class OutFolder:
@@ -64,6 +70,11 @@ def inspect_out(out: Path) -> OutFolder:
         if foreign:
             raise PackError(f"{out}: exists and holds other files ({foreign[0]}, ...); "
                             "pack into a new or empty folder")
+        if names and _owner(out) is None and _owner(out, STAGING_MARKER_NAME) is None:
+            raise PackError(f"{out}: holds files named like a pack's ({names[0]}, ...) but not the "
+                            f"{PACK_STATE_DIR}/{PACK_OWNER_NAME} every fastload pack writes first, so they are not "
+                            "taken for an unfinished pack; pack into a new or empty folder, or remove them "
+                            "(an older fastload's unfinished pack, which has no owner file, cannot be resumed: remove it)")
         return OutFolder(out, "unfinished" if names else "new")
     try:
         manifest = read_manifest(out)
@@ -78,15 +89,32 @@ def inspect_out(out: Path) -> OutFolder:
 
 def dataset_entries(manifest: Manifest) -> set[str]:
     """Every path (relative to the dataset folder) that ``manifest`` makes part of the dataset."""
-    return ({MANIFEST_NAME, INDEX_DIR, SKIPPED_REPORT_NAME} | {s.file for s in manifest.shards}
-            | {entry.file for entry in manifest.index.values()})
+    generation = split_generation(manifest.shards[0].file)[0] if manifest.shards else ""  # a store's pack folder
+    return ({MANIFEST_NAME, generation + INDEX_DIR, generation + SKIPPED_REPORT_NAME}
+            | {s.file for s in manifest.shards} | {entry.file for entry in manifest.index.values()})
 
 
 def _unfinished_entry(out: Path, name: str) -> bool:
     """Whether ``name`` in OUT is something an interrupted pack leaves."""
     if name == INDEX_DIR:
         return all(n.endswith((".npy", ".npy.tmp")) for n in _listdir(out / INDEX_DIR))
+    if name == PACK_STATE_DIR:
+        return all(in_pack_state(n) for n in _listdir(out / PACK_STATE_DIR))
     return left_by_a_pack(name)
+
+
+def _owner(folder: Path, name: str = f"{PACK_STATE_DIR}/{PACK_OWNER_NAME}") -> dict[str, object] | None:
+    """The owner file (or staging marker) fastload wrote in ``folder``, or None when there is none
+    (a link, a folder or a file of other content at that name is none)."""
+    try:
+        found = json.loads(read_regular(folder / name, 2**16, follow_links=False))
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) and found.get("made_by") == _MADE_BY else None
+
+
+def _write_owner(path: Path, **facts: object) -> None:
+    write_new(path, json.dumps({"made_by": _MADE_BY, "pid": os.getpid(), **facts}).encode())
 
 
 def _listdir(path: Path) -> list[str]:
@@ -106,8 +134,38 @@ def prepare_out(out: Path) -> None:
             ensure_dir(out)
         os.close(create_new(out / WRITE_PROBE))
         os.unlink(out / WRITE_PROBE)
+        ensure_dir(out / PACK_STATE_DIR, 0o700)
+        if _owner(out) is None:  # first: from here on the folder is a pack of fastload's
+            _write_owner(out / PACK_STATE_DIR / PACK_OWNER_NAME)
     except OSError as exc:
         raise PackError(f"{out}: cannot write the output folder ({exc.strerror}); choose another -o") from None
+
+
+def claim_staging(folder: Path, url: str) -> None:
+    """Make ``folder`` the staging folder of a pack to ``url``, or accept it as one already.
+
+    A staging folder is fastload's own: new or empty (it then gets a marker naming ``url``), or
+    holding that marker. A folder holding anything else (a dataset, the staging of another URL,
+    files of the user's) is refused: a finished pack deletes its staging folder.
+    """
+    names = _listdir(folder)
+    if names:
+        marker = _owner(folder, STAGING_MARKER_NAME)
+        if marker is None:
+            raise PackError(f"{folder}: holds files ({sorted(names)[0]}, ...) and is not a staging folder of "
+                            "fastload's; a pack to a store stages in a new or empty folder of its own, deleted "
+                            "when the pack is done: choose another --staging (or leave it out)")
+        if marker.get("target") != url:
+            raise PackError(f"{folder}: is the staging folder of a pack to {marker.get('target')}, not to {url}; "
+                            "choose another --staging (or leave it out)")
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _write_owner(folder / STAGING_MARKER_NAME, target=url)
+    except OSError as exc:
+        raise PackError(f"{folder}: cannot hold the pack's staging files ({exc.strerror}); "
+                        "choose another --staging") from None
+    prepare_out(folder)
 
 
 def remove_dataset(folder: Path, manifest: Manifest) -> None:

@@ -19,7 +19,7 @@ from converters.listing import list_to_pack
 from converters.out_dir import (
     OutFolder, PackLock, inspect_out, prepare_out, remove_dataset, staging_path, swap_in,
 )
-from converters.plan import Journal, JournalWriteError, ShardPlan, plan_digest, plan_shards
+from converters.plan import Journal, JournalWriteError, ShardPlan, plan_digest, plan_shards, stamps_digest
 from converters.readahead import (
     PixelBudget, fetch_in_order, give_back_large_blocks, map_in_order, read_in_order,
 )
@@ -275,7 +275,7 @@ class _Packer:
         todo = []
         for plan in plans:
             final = self.out / shard_name(self.storage, plan.number)
-            done = self.journal.load(plan, final)
+            done = self.journal.load(plan, final, self._stamps(plan))
             records.append(done)
             if done is None:
                 self.journal.forget(plan.number)
@@ -332,6 +332,9 @@ class _Packer:
                 yield self._examine(index, data, [next(contents) for _ in self.items[index].files])
         finally:
             contents.close()  # the files opened ahead
+
+    def _stamps(self, plan: ShardPlan) -> str:
+        return stamps_digest(self.items[plan.start:plan.end])
 
     def _paths(self, index: int) -> list[Path]:
         item = self.items[index]
@@ -396,7 +399,7 @@ class _Packer:
         planned = sum(self.items[i].total_size for i in range(plan.start, plan.end))
         record: dict[str, Any] = {"digest": plan.digest, "file": name, "items": [], "sizes": [],
                                   "offsets": [], "checksums": [], "widths": [], "heights": [], "skips": [],
-                                  "kept_as_is": [], "positions": [],
+                                  "kept_as_is": [], "positions": [], "stamps": self._stamps(plan),
                                   # per file field, a list per index column ("positions", ...; see finalize)
                                   "files": {field: {part + "s": [] for part in FILE_COLUMNS} for field in self.file_types}}
 

@@ -57,6 +57,21 @@ def plan_shards(items: list[SourceItem], shard_size: int, options: dict[str, Any
     return plans
 
 
+def stamps_digest(items: list[SourceItem]) -> str:
+    """One digest of the ``(ctime, inode)`` of ``items``' files, kept in a finished shard's journal entry.
+
+    Not in the shard's plan digest (a copy or a ``chmod`` of the source keeps a finished dataset
+    "already packed"), but a resume redoes a shard whose files changed since it was written, even
+    when a rewrite kept their size and mtime: the ctime cannot be set back, nor the inode kept by a
+    replacement.
+    """
+    h = xxhash.xxh3_128()
+    for item in items:
+        for stamp in (item.stamp, *(file.stamp for file in item.files)):
+            h.update(b"%d,%d;" % stamp)
+    return h.hexdigest()
+
+
 def plan_digest(plans: list[ShardPlan]) -> str:
     """One digest of a whole plan: equal for a re-run over the same files with the same options."""
     return xxhash.xxh3_128_hexdigest("\n".join(p.digest for p in plans).encode())
@@ -75,11 +90,13 @@ class Journal:
     def path(self, number: int) -> Path:
         return self.dir / f"shard-{number:05d}.json"
 
-    def load(self, plan: ShardPlan, shard_file: Path) -> dict[str, Any] | None:
-        """The finished record of ``plan`` if it is still valid, else None (the shard is redone)."""
+    def load(self, plan: ShardPlan, shard_file: Path, stamps: str) -> dict[str, Any] | None:
+        """The finished record of ``plan`` if it is still valid (the same plan, the shard file of the
+        size written, its source files unchanged: ``stamps``), else None (the shard is redone)."""
         try:
             done = json.loads(read_regular(self.path(plan.number), _MAX_ENTRY_BYTES, follow_links=False))
-            if done["digest"] == plan.digest and shard_file.stat().st_size == done["bytes"]:
+            if (done["digest"] == plan.digest and done["stamps"] == stamps
+                    and shard_file.stat().st_size == done["bytes"]):
                 return done
         except (OSError, ValueError, KeyError, TypeError):
             pass

@@ -44,6 +44,7 @@ class SourceFile:
     rel: str
     size: int  # -1: could not be examined (reported, naming its record, when read)
     mtime_ns: int
+    stamp: tuple[int, int] = (-1, -1)  # (ctime_ns, inode): what a rewrite cannot keep (see converters.plan)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class SourceItem:
     size: int
     mtime_ns: int
     files: tuple[SourceFile, ...] = ()
+    stamp: tuple[int, int] = (-1, -1)  # (ctime_ns, inode): what a rewrite cannot keep (see converters.plan)
 
     @property
     def total_size(self) -> int:
@@ -298,7 +300,8 @@ class _Walker:
         if refusal:
             self.problem(rel, *refusal)
             return None
-        self.listing.items.append(SourceItem(path, rel, label, st.st_size, st.st_mtime_ns))
+        self.listing.items.append(SourceItem(path, rel, label, st.st_size, st.st_mtime_ns,
+                                             stamp=(st.st_ctime_ns, st.st_ino)))
         return None
 
 
@@ -324,15 +327,15 @@ def _list_file(src: Path, on_error: str, max_file_size: int | None) -> SourceLis
         try:
             st = path.stat()
         except OSError:
-            size, mtime = -1, -1  # reported as unreadable when read, under --on-error
+            size, mtime, stamp = -1, -1, (-1, -1)  # reported as unreadable when read, under --on-error
         else:
             refusal = _refusal(st, max_file_size)
             if refusal:
                 _problem(listing, on_error, path, rel, *refusal)
                 continue
-            size, mtime = st.st_size, st.st_mtime_ns
+            size, mtime, stamp = st.st_size, st.st_mtime_ns, (st.st_ctime_ns, st.st_ino)
         kept.append(i)
-        listing.items.append(SourceItem(path, rel, label, size, mtime))
+        listing.items.append(SourceItem(path, rel, label, size, mtime, stamp=stamp))
     if len(kept) < len(rows):
         listing.field_values = {k: [v[i] for i in kept] for k, v in listing.field_values.items()}
     return listing

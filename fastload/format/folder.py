@@ -4,23 +4,33 @@ reader gives for a source folder, an empty folder or an unfinished pack."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from fastload.format.layout import (
-    IMAGE_EXTENSIONS, INDEX_DIR, MANIFEST_NAME, PACK_LOCK_NAME, PACK_STATE_DIR, SHARD_NAME,
-    SKIPPED_REPORT_NAME, UPLOAD_JOURNAL_NAME,
+    IMAGE_EXTENSIONS, INDEX_DIR, MANIFEST_NAME, PACK_LOCK_NAME, PACK_OWNER_NAME, PACK_STATE_DIR, SHARD_NAME,
+    SKIPPED_REPORT_NAME, STAGING_MARKER_NAME, UPLOAD_JOURNAL_NAME,
 )
 
 WRITE_PROBE = ".pack.write-test"
 # Names a running or interrupted pack may leave at the top of its folder (shards: SHARD_NAME).
 PACK_WORK_NAMES = frozenset({PACK_STATE_DIR, PACK_LOCK_NAME, WRITE_PROBE, INDEX_DIR, SKIPPED_REPORT_NAME,
-                             SKIPPED_REPORT_NAME + ".tmp", MANIFEST_NAME + ".tmp", UPLOAD_JOURNAL_NAME})
+                             SKIPPED_REPORT_NAME + ".tmp", MANIFEST_NAME + ".tmp", UPLOAD_JOURNAL_NAME,
+                             STAGING_MARKER_NAME})
+# Names a pack writes inside PACK_STATE_DIR: its owner file, journal entries, shards being written.
+_PACK_STATE_ENTRY = re.compile(
+    rf"^(?:{re.escape(PACK_OWNER_NAME)}|shard-\d{{5,}}\.json|shard-\d{{5,}}\.(?:lmdb|h5)\.tmp(?:\.exact)?)(?:\.tmp)?$")
 _LOOK_AT = 2000  # entries looked at to tell an image folder from anything else
 
 
 def left_by_a_pack(name: str) -> bool:
     """Whether ``name`` (at the top of a folder) is something fastload's pack writes."""
     return bool(SHARD_NAME.match(name.removesuffix(".tmp").removesuffix(".exact"))) or name in PACK_WORK_NAMES
+
+
+def in_pack_state(name: str) -> bool:
+    """Whether ``name`` (inside PACK_STATE_DIR) is something fastload's pack writes there."""
+    return bool(_PACK_STATE_ENTRY.match(name))
 
 
 def missing_manifest_message(root: Path) -> str:

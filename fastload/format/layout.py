@@ -16,6 +16,13 @@ SKIPPED_REPORT_NAME = "skipped.jsonl"
 PACK_STATE_DIR = ".pack"
 PACK_LOCK_NAME = ".pack.lock"
 UPLOAD_JOURNAL_NAME = ".pack.uploads"  # a pack to an object store: the shards uploaded so far
+STAGING_MARKER_NAME = ".pack.staging"  # a pack to an object store: its staging folder's owner (the URL)
+PACK_OWNER_NAME = "owner.json"  # in PACK_STATE_DIR: written first, the proof that fastload made the folder
+# A pack to an object store: the lease object that keeps a second pack out (created only where
+# absent, renewed while the pack runs), and the folder each pack's shards and index go in, so that
+# a replacement never writes over an object the published manifest lists.
+STORE_LEASE_NAME = ".fastload-pack.lease"
+GENERATION_DIR = re.compile(r"^gen-[0-9a-f]{16}$")
 
 # Files packed as images (decoded by the image pipeline); other files are packed as bytes.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
@@ -89,6 +96,13 @@ def field_columns(name: str, dtype: str) -> list[str]:
     return [column]
 
 NO_LABEL = -1
+
+
+def split_generation(name: str) -> tuple[str, str]:
+    """``("gen-0123456789abcdef/", "shard-00000.lmdb")`` for a name in a pack's own folder of a store
+    dataset, ``("", name)`` for a name at the dataset's top."""
+    head, sep, rest = name.partition("/")
+    return (head + "/", rest) if sep and GENERATION_DIR.match(head) else ("", name)
 
 
 def shard_name(storage: StorageKind, number: int) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from converters import pack
+from converters.out_dir import prepare_out
 from fastload import PackedDataset
 from fastload.errors import PackError, SourceError
 from fastload.format import read_manifest
@@ -56,6 +57,27 @@ def test_a_folder_without_manifest_but_with_shard_like_names_is_not_taken_for_an
     with pytest.raises(PackError, match="holds other files"):
         pack(src, mine, progress=False)
     assert tree(mine) == before
+
+
+@pytest.mark.parametrize("files", [{"index/labels.npy": b"\x93NUMPY mine"}, {"shard-00000.lmdb": b"mine"},
+                                   {".pack/notes.txt": b"mine"}, {".pack/shard-00000.json": b"{}"}])
+def test_a_folder_fastload_did_not_make_is_never_resumed_into(tmp_path, src, files):
+    """Names fastload uses, with no owner file of fastload's pack (.pack/owner.json), are the user's."""
+    mine = tmp_path / "mine"
+    write_tree(mine, files)
+    before = tree(mine)
+    with pytest.raises(PackError, match="not taken for an unfinished pack|holds other files"):
+        pack(src, mine, progress=False)
+    assert tree(mine) == before
+
+
+def test_a_pack_folder_holding_a_file_of_the_users_in_its_journal_is_refused(tmp_path, src):
+    out = tmp_path / "out"
+    prepare_out(out)
+    write_tree(out, {".pack/notes.txt": b"mine"})
+    with pytest.raises(PackError, match="holds other files"):
+        pack(src, out, progress=False)
+    assert (out / ".pack" / "notes.txt").read_bytes() == b"mine"
 
 
 def test_overwrite_refuses_a_dataset_folder_that_also_holds_other_files(tmp_path, src):
@@ -166,8 +188,8 @@ def test_links_planted_at_shard_and_index_names_are_replaced_not_followed(tmp_pa
     victim = tmp_path / "victim.txt"
     victim.write_bytes(b"precious")
     out = tmp_path / "out"
+    prepare_out(out)  # a folder fastload's pack made (.pack/owner.json), then links planted in it
     (out / "index").mkdir(parents=True)
-    (out / ".pack").mkdir()
     for name in ["shard-00000.lmdb", "index/label.npy", ".pack/shard-00000.lmdb.tmp",
                  ".pack/shard-00000.json", "index/label.npy.tmp"]:
         os.symlink(victim, out / name)

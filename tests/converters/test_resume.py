@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from converters import pack
+from converters.out_dir import prepare_out
 from fastload import PackedDataset
 from fastload.errors import PackError
 from fastload.format import shard_name
@@ -169,12 +170,30 @@ def test_leftovers_of_a_crash_are_cleaned_up_or_redone(tmp_path):
     assert not (out / "shard-00099.lmdb").exists()
 
 
+def test_a_file_rewritten_with_its_size_and_mtime_kept_is_packed_again_on_resume(tmp_path):
+    src, out, files, bad = _fail_in_shard_three(tmp_path, "lmdb")
+    first = sorted(files)[0]  # in shard 0, finished before the failure
+    st = (src / first).stat()
+    new = bytearray(files[first])
+    new[-3] ^= 0xFF  # the same size: a byte of the JPEG's last scan changed
+    (src / first).write_bytes(bytes(new))
+    os.utime(src / first, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the mtime set back
+    (src / bad).write_bytes(files[bad])
+    report = pack(src, out, shard_size="10KB", progress=False)
+    assert report.resumed_shards >= 2  # the other finished shards are kept
+    ds = PackedDataset(out)
+    where = [ds.index.path[i] for i in range(len(ds))].index(first)
+    assert ds.reader.read_many([where]) == [bytes(new)]
+    assert verify(out).ok
+
+
 def test_killed_after_the_skipped_report_before_the_manifest(tmp_path):
     src, out = tmp_path / "src", tmp_path / "out"
     files = many_small_jpegs(src, 30, classes=2)
     (src / "class_00" / "broken.jpg").write_bytes(b"not an image")
     pack(src, out, shard_size="10KB", on_error="skip", progress=False)
-    (out / "manifest.json").rename(out / "manifest.json.tmp")  # as if killed during the rename
+    (out / "manifest.json").rename(out / "manifest.json.tmp")  # as if killed during the rename,
+    prepare_out(out)  # when the journal folder with its owner file (removed after the rename) was still there
     report = pack(src, out, shard_size="10KB", on_error="skip", progress=False)
     assert report.skipped == 1 and report.num_records == 30
     assert_complete(out, files)
@@ -194,7 +213,8 @@ def test_a_journal_entry_that_cannot_be_written_is_blamed_not_its_shard(tmp_path
     command then finishes the pack (the unrecorded shard is removed and redone)."""
     src, out = tmp_path / "src", tmp_path / "out"
     files = many_small_jpegs(src, 30, classes=2)
-    (out / ".pack" / "shard-00001.json.tmp").mkdir(parents=True)  # the journal write fails here
+    prepare_out(out)  # a folder of fastload's pack, where
+    (out / ".pack" / "shard-00001.json.tmp").mkdir()  # the journal write fails
     with pytest.raises(PackError) as err:
         pack(src, out, shard_size="10KB", progress=False)
     assert str(err.value).startswith(f"{out}: cannot write the resume journal entry for shard-00001.lmdb "
