@@ -10,6 +10,7 @@ from typing import Any
 
 from fastload.errors import DatasetNotFoundError, ManifestError
 from fastload.format.files import read_regular, write_new
+from fastload.format.layout import split_generation
 from fastload.format.layout import (
     COLUMNS, FIELD_DTYPES, FILE_TYPES, FORMAT_NAME, FORMAT_VERSION, INDEX_DIR, MANIFEST_NAME, SHARD_NAME,
     SHARD_SUFFIX, STORAGE_KINDS, StorageKind, field_columns, is_field_dtype,
@@ -132,11 +133,13 @@ def parse_manifest(text: str, where: str) -> Manifest:
     shards_raw = raw.get("shards")
     _require(isinstance(shards_raw, list), where, "shards must be a list")
     shards = []
+    generations: set[str] = set()  # the pack's own folder of a store dataset: one for all its files
     for i, s in enumerate(shards_raw):
         at = f"{where}: shards[{i}]"
         _require(isinstance(s, dict), at, "must be an object")
         name = _safe_name(_str(s.get("file"), at, "file"), at)
-        match = SHARD_NAME.match(name)
+        generations.add(split_generation(name)[0])
+        match = SHARD_NAME.match(split_generation(name)[1])
         _require(match is not None and int(match.group(1)) == i
                  and name.endswith(SHARD_SUFFIX[storage]), at,
                  f"file {name!r} is not the expected shard name for position {i}")
@@ -169,13 +172,15 @@ def parse_manifest(text: str, where: str) -> Manifest:
         at = f"{where}: index[{column!r}]"
         _require(isinstance(entry, dict), at, "must be an object")
         name = _safe_name(_str(entry.get("file"), at, "file"), at)
-        _require(name.startswith(INDEX_DIR + "/") and name.endswith(".npy"), at,
+        generations.add(split_generation(name)[0])
+        _require(split_generation(name)[1].startswith(INDEX_DIR + "/") and name.endswith(".npy"), at,
                  f"file {name!r} must be an .npy file under {INDEX_DIR}/")
         index[column] = IndexFile(file=name, dtype=_str(entry.get("dtype"), at, "dtype"),
                                   digest=_str(entry.get("digest"), at, "digest"))
     needed = [name for column, dtype in COLUMNS.items()
               for name in ([f"{column}.offsets", f"{column}.blob"] if dtype == "str" else [column])]
     needed += [name for field, dtype in fields_raw.items() for name in field_columns(field, dtype)]
+    _require(len(generations) <= 1, where, f"shard and index files lie in different folders ({sorted(generations)})")
     for name in needed:
         _require(name in index, where, f"index column {name!r} is missing")
     packed = raw.get("packed", {})

@@ -21,6 +21,11 @@ from tests.conftest import make_jpeg
 FAST_RETRY = RetryPolicy(attempts=3, base=0.01, cap=0.05)
 
 
+def shard_object(store: RemoteStore, number: int = 0) -> str:
+    """The name of shard ``number``'s object (in the pack's own folder, ``gen-<hex>/``)."""
+    return PackedDataset(store.url, storage_options=store.options, cache_limit=0).manifest.shards[number].file
+
+
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
     """40 small JPEGs in 2 classes, and local LMDB and HDF5 packs of them (the reference)."""
@@ -76,7 +81,7 @@ def test_overwrite_replaces_and_removes_the_old_shards(tree, s3_server, s3_bucke
          overwrite=True)
     ds = PackedDataset(url, storage_options=opts, cache_limit=0)
     names = {name for name, _, _ in RemoteStore(url, opts).list_objects()}
-    assert {s.file for s in ds.manifest.shards} == {n for n in names if n.startswith("shard-")}
+    assert {s.file for s in ds.manifest.shards} == {n for n in names if "/shard-" in n}  # the old ones gone
     assert len(ds) == 40 and not (tmp_path / "b").exists()  # the staging folder is removed
 
 
@@ -121,11 +126,12 @@ def test_a_shard_changed_in_the_store_is_refused(tree, uploaded, s3_server, s3_b
     for name, size, _ in source.list_objects():
         copy.put_bytes(name, source.read_file(name, size))
     PackedDataset(copy.url, storage_options=opts, cache_limit=0)  # an exact copy: its ETags match
-    shard = source.read_file("shard-00001.lmdb", 10**7)
-    copy.put_bytes("shard-00001.lmdb", shard[:-1] + bytes([shard[-1] ^ 1]))  # same size, other bytes
+    name = shard_object(source, 1)
+    shard = source.read_file(name, 10**7)
+    copy.put_bytes(name, shard[:-1] + bytes([shard[-1] ^ 1]))  # same size, other bytes
     with pytest.raises(ManifestError, match="shard-00001.lmdb: ETag .* replaced since the pack"):
         PackedDataset(copy.url, storage_options=opts, cache_limit=0)
-    copy.put_bytes("shard-00001.lmdb", shard + b"\0" * 4096)
+    copy.put_bytes(name, shard + b"\0" * 4096)
     with pytest.raises(ManifestError, match="bytes in the store, the manifest says"):
         PackedDataset(copy.url, storage_options=opts, cache_limit=0)
 
@@ -162,7 +168,8 @@ def through_proxy(uploaded, s3_server, fault_proxy):
 
 
 def _shard_bytes(uploaded, s3_server) -> bytes:
-    return RemoteStore(f"s3://{uploaded}/lmdb.fl", s3_server.storage_options()).read_file("shard-00000.lmdb", 10**7)
+    store = RemoteStore(f"s3://{uploaded}/lmdb.fl", s3_server.storage_options())
+    return store.read_file(shard_object(store), 10**7)
 
 
 def _is_range_get(request) -> bool:
@@ -173,7 +180,7 @@ def _is_range_get(request) -> bool:
 def test_transient_faults_are_retried_and_never_give_wrong_bytes(through_proxy, uploaded, s3_server, fault):
     store, proxy = through_proxy
     want = _shard_bytes(uploaded, s3_server)
-    ranges = [("shard-00000.lmdb", start, 3000) for start in (0, 5000, 9000)]
+    ranges = [(shard_object(store), start, 3000) for start in (0, 5000, 9000)]
     proxy.fail_next(fault, count=2, match=_is_range_get)
     got = store.read_ranges(ranges)
     assert got == [want[s:s + n] for _, s, n in ranges]
@@ -182,25 +189,27 @@ def test_transient_faults_are_retried_and_never_give_wrong_bytes(through_proxy, 
 
 def test_a_fault_that_persists_names_the_object_and_range(through_proxy):
     store, proxy = through_proxy
+    name = shard_object(store)
     proxy.fail_next("503", count=100, match=_is_range_get)
     with pytest.raises(RemoteReadError, match=r"shard-00000.lmdb bytes 4096-8191: failed 3 times"):
-        store.read_ranges([("shard-00000.lmdb", 4096, 4096)])
+        store.read_ranges([(name, 4096, 4096)])
 
 
 def test_access_denied_is_immediate_and_clear(through_proxy):
     store, proxy = through_proxy
+    name = shard_object(store)
     proxy.fail_next("403", count=100, match=_is_range_get)
     with pytest.raises(RemoteAccessDenied, match="shard-00000.lmdb bytes 0-99: access denied"):
-        store.read_ranges([("shard-00000.lmdb", 0, 100)])
+        store.read_ranges([(name, 0, 100)])
     assert proxy.faults_injected["403"] == 1  # not retried
 
 
 def test_a_request_that_hangs_times_out_and_is_retried(uploaded, s3_server, fault_proxy):
     opts = s3_server.storage_options(fault_proxy.url, config_kwargs={"read_timeout": 1, "connect_timeout": 1})
     store = RemoteStore(f"s3://{uploaded}/lmdb.fl", opts, retry=FAST_RETRY)
-    want = _shard_bytes(uploaded, s3_server)[100:600]
+    want, name = _shard_bytes(uploaded, s3_server)[100:600], shard_object(store)
     fault_proxy.fail_next("timeout", count=1, match=_is_range_get)
-    assert store.read_ranges([("shard-00000.lmdb", 100, 500)]) == [want]
+    assert store.read_ranges([(name, 100, 500)]) == [want]
 
 
 def test_a_dataset_read_through_faults_matches_the_local_one(tree, uploaded, s3_server, fault_proxy, tmp_path):

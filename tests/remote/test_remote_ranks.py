@@ -79,8 +79,9 @@ def _write_id_list(root: Path) -> Path:
 
 def _shard_get(request: ProxyRequest, sizes: dict[str, int]) -> Span | None:
     """The span a GET of a shard object asked for (None for any other request)."""
-    name = request.path.split("?", 1)[0].rsplit("/", 1)[-1]
-    if request.method != "GET" or name not in sizes:
+    path = request.path.split("?", 1)[0]
+    name = next((key for key in sizes if path.endswith("/" + key)), None)  # keys: the manifest's names
+    if request.method != "GET" or name is None:
         return None
     if "range" not in request.headers:
         return name, 0, sizes[name]
