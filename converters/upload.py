@@ -64,13 +64,13 @@ def pack_to_store(job: Any, store: RemoteStore, staging: str | os.PathLike[str] 
     with StoreLease(store, "gen-" + plan_digest(job.plans)[:16]) as lease:
         objects = _list(store)  # again, under the lease: no other pack changes the prefix from here on
         old, old_etag = _published(store, objects)
-        if old is not None and job.same_pack(old):
-            return _already_packed(store.url, old)
-        _check_replaceable(store, old, overwrite)
         ours = _fastloads(store, objects, old, lease.generations)
         listed = dataset_entries(old) if old is not None else set()
         # objects of packs that died here: ours to delete, unless a published manifest lists them
         store.remove([n for n in ours if _generation(n) in lease.generations[1:] and n not in listed])
+        if old is not None and job.same_pack(old):
+            return _already_packed(store.url, old)
+        _check_replaceable(store, old, overwrite)
         claim_staging(folder, store.url)
         lease.writing = True
         report, staged, uploaded = _stage_and_upload(job, store, folder, lease.generation, objects)
@@ -93,13 +93,13 @@ def _stage_and_upload(job: Any, store: RemoteStore, folder: Path, generation: st
     from converters.pack import _already_packed
 
     with PackLock(folder):
-        staged = inspect_out(folder)  # under the lock
+        found = inspect_out(folder)  # under the lock
         with ShardUploads(store, folder, generation, objects, job.progress) as uploads:
-            if staged.manifest is not None and job.same_pack(staged.manifest):
+            if found.manifest is not None and job.same_pack(found.manifest):
                 # packed locally before a kill, not all uploaded: upload the rest, pack nothing again
-                report = _already_packed(folder, staged.manifest)
-                report.already_packed, report.resumed_shards = False, len(staged.manifest.shards)
-                for shard in staged.manifest.shards:
+                report = _already_packed(folder, found.manifest)
+                report.already_packed, report.resumed_shards = False, len(found.manifest.shards)
+                for shard in found.manifest.shards:
                     uploads.submit(folder / shard.file)
             else:
                 report = job.pack_into(folder, on_shard=uploads.submit)
@@ -155,15 +155,10 @@ def _published(store: RemoteStore, objects: dict[str, RemoteObject]) -> tuple[Ma
     """The published manifest and its ETag (what the new one may replace), or (None, None)."""
     if MANIFEST_NAME not in objects:
         return None, None
-    return _remote_manifest(store, objects), objects[MANIFEST_NAME].etag
-
-
-def _remote_manifest(store: RemoteStore, objects: dict[str, RemoteObject]) -> Any:
-    if MANIFEST_NAME not in objects:
-        return None
     where = store.display(MANIFEST_NAME)
     try:
-        return parse_manifest(store.read_file(MANIFEST_NAME, MAX_MANIFEST_BYTES).decode("utf-8", "replace"), where)
+        text = store.read_file(MANIFEST_NAME, MAX_MANIFEST_BYTES).decode("utf-8", "replace")
+        return parse_manifest(text, where), objects[MANIFEST_NAME].etag
     except ManifestError as exc:
         raise PackError(f"{where}: is not a readable fastload manifest ({exc}); fastload replaces only its own "
                         "datasets: pack into a new or empty prefix") from None
