@@ -17,15 +17,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from converters.sources import Skip, SourceItem, SourceListing, _field
+from converters.sources import Skip, SourceItem, SourceListing, _field, check_field_names
 from fastload.errors import SourceError
 from fastload.format.files import read_regular
+from fastload.format.layout import RESERVED_FIELD_NAMES
 
 SIDECAR_KINDS = (".json", ".txt")
 FILE_SIDECARS = (".npy",)  # files beside an image that are file fields, besides other images
 _JPEG = (".jpg", ".jpeg")
 MAX_SIDECAR_BYTES = 16 * 2**20
-RESERVED = ("path", "label", "image")  # names a sample already has (file fields' names are taken too)
 
 
 def attach_sidecars(listing: SourceListing, on_error: str) -> None:
@@ -50,7 +50,7 @@ def attach_sidecars(listing: SourceListing, on_error: str) -> None:
                 if path is None:
                     raise SourceError(f"{item.path}: no {Path(item.rel).stem}{kind} beside it, though other "
                                       f"images have one; add it, or pass --on-error skip")
-                row.update(_read(path, kind, (*RESERVED, "txt", *files)))
+                row.update(_read(path, kind, (*RESERVED_FIELD_NAMES, "txt", *files)))
         except SourceError as exc:
             if on_error != "skip":
                 raise
@@ -150,4 +150,5 @@ def _read(path: Path, kind: str, taken: tuple[str, ...]) -> dict[str, Any]:
     if clash:
         raise SourceError(f"{path}: key {clash[0]!r} is taken (a sample already has {', '.join(taken)}); "
                           "rename it")
+    check_field_names(path, value, "a key of this sidecar")
     return value

@@ -17,7 +17,7 @@ import json
 import os
 import stat
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -26,7 +26,7 @@ import numpy as np
 
 from fastload.errors import SourceError, SourceNotFoundError
 from fastload.format.files import kind_of
-from fastload.format.layout import IMAGE_EXTENSIONS
+from fastload.format.layout import IMAGE_EXTENSIONS, field_name_problem
 
 Layout = Literal["auto", "imagefolder", "flat", "list"]
 LIST_SUFFIXES = (".csv", ".jsonl")
@@ -313,6 +313,7 @@ def _list_file(src: Path, on_error: str, max_file_size: int | None) -> SourceLis
     base = src.parent
     labels_raw = [row.pop("label", None) for _, row in rows]
     extra_names = sorted({k for _, row in rows for k in row if k != "path"})
+    check_field_names(src, extra_names, "a column of the list")
     listing = SourceListing(root=base, layout="list", items=[], classes=None)
     label_ids, listing.classes = _labels(src, rows, labels_raw)
     for name in extra_names:
@@ -452,6 +453,15 @@ def _as_int(value: Any) -> int | None:
         except ValueError:
             return None
     return None
+
+
+def check_field_names(where: object, names: Iterable[str], what: str) -> None:
+    """Refuse, before anything is packed, a name that could land on another field's index columns
+    or on no file at all (see fastload.format.layout); ``what`` says where the name comes from."""
+    for name in names:
+        problem = field_name_problem(name)
+        if problem is not None:
+            raise SourceError(f"{where}: field name {name!r} ({what}) {problem}")
 
 
 def _field(src: Path, rows: list, name: str) -> tuple[str, list[Any]]:

@@ -59,6 +59,9 @@ class SampleFields:
             if name not in variable:
                 raise ValueError(f"pad_fields: {name!r} is not one of the variable-length array fields asked "
                                  f"for ({', '.join(variable) or 'none'})")
+            if f"{name}_lengths" in self.names:  # the batch would hold one under the other's key
+                raise ValueError(f"pad_fields: {name!r} adds {name}_lengths to each batch, a field asked for "
+                                 "too; leave one of them out of fields=")
         self.pad = dict(pad or {})
         self.boxes, self.box_fields = self._check_boxes(boxes, tuple(box_fields), cropped, where)
 

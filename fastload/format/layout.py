@@ -84,6 +84,37 @@ def is_field_dtype(dtype: object) -> bool:
                                        or array_type(dtype) is not None)
 
 
+# Every column a field derives ends in one of these dot-free parts. A field name may not end in
+# ``.<part>``, so ``field.A`` can never equal ``field.B.p``, nor ``field.A.p`` equal ``field.B.q``
+# for A != B (the last dot-segment is the part): no name can land on another field's column.
+DERIVED_PARTS = ("offsets", "blob", "values", *FILE_COLUMNS)
+RESERVED_FIELD_NAMES = ("path", "label", "image")  # what every sample has already
+# ``index/field.<name>.<part>.npy.tmp`` (written, then renamed) must fit a 255-byte file name.
+MAX_FIELD_NAME_BYTES = 255 - len(f"{FIELD_PREFIX}.{max(DERIVED_PARTS, key=len)}.npy.tmp")
+
+
+def field_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a field's name, or None when it can: a clause that follows
+    ``field name 'x.values' `` and says what to do."""
+    if not isinstance(name, str) or not name:
+        return "is empty: give the field a name"
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "is not valid UTF-8 text: rename it"
+    if size > MAX_FIELD_NAME_BYTES:
+        return f"is {size} bytes long, over the {MAX_FIELD_NAME_BYTES} a field name may have: shorten it"
+    if any(bad in name for bad in ("/", "\\", "\x00", "..")):
+        return "holds '/', '\\', '..' or a NUL byte, which a field's file name cannot: rename it"
+    if name in RESERVED_FIELD_NAMES:
+        return f"is taken (every sample has {', '.join(RESERVED_FIELD_NAMES)}): rename it"
+    part = name.rsplit(".", 1)[-1]
+    if "." in name and part in DERIVED_PARTS:
+        return (f"ends in '.{part}', which the index's own columns end in (a field's columns are "
+                f"field.<name>.{{{','.join(DERIVED_PARTS)}}}): rename it")
+    return None
+
+
 def field_columns(name: str, dtype: str) -> list[str]:
     """The index columns a field is stored in."""
     column = FIELD_PREFIX + name

@@ -13,7 +13,7 @@ from fastload.format.files import read_regular, write_new
 from fastload.format.layout import split_generation
 from fastload.format.layout import (
     COLUMNS, FIELD_DTYPES, FILE_TYPES, FORMAT_NAME, FORMAT_VERSION, INDEX_DIR, MANIFEST_NAME, SHARD_NAME,
-    SHARD_SUFFIX, STORAGE_KINDS, StorageKind, field_columns, is_field_dtype,
+    SHARD_SUFFIX, STORAGE_KINDS, StorageKind, field_columns, field_name_problem, is_field_dtype,
 )
 
 
@@ -164,6 +164,9 @@ def parse_manifest(text: str, where: str) -> Manifest:
         isinstance(k, str) and k and is_field_dtype(v) for k, v in fields_raw.items()),
         where, f"fields must map names to one of {FIELD_DTYPES + FILE_TYPES} or an array type such as "
                "'float64[*,4]' (a newer fastload may have written it: upgrade fastload)")
+    for name in fields_raw:  # names that could land on another field's columns, or on no file
+        problem = field_name_problem(name)
+        _require(problem is None, where, f"field name {name!r} {problem}")
 
     index_raw = raw.get("index")
     _require(isinstance(index_raw, dict), where, "index must be an object")
