@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import stat
 from collections import Counter
@@ -354,8 +355,8 @@ def _read_rows(src: Path) -> list[tuple[int, dict[str, Any]]]:
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SourceError(f"{src}:{line_no}: not valid JSON ({exc.msg})") from None
+            except (ValueError, RecursionError) as exc:  # a number of 5,000 digits, lists 100,000 deep
+                raise SourceError(f"{src}:{line_no}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
             if not isinstance(row, dict):
                 raise SourceError(f"{src}:{line_no}: each line must be a JSON object with a 'path'")
             rows.append((line_no, row))
@@ -374,7 +375,7 @@ def _as_list(value: Any) -> list | None:
     if isinstance(value, str) and value.lstrip().startswith("["):
         try:
             parsed = json.loads(value)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, or more digits or depth than Python parses
             return None
         return parsed if isinstance(parsed, list) else None
     return None
@@ -408,6 +409,11 @@ def _array_field(src: Path, rows: list, name: str, values: list[Any],
         huge = next((k for k, a in enumerate(arrays) for v in a.reshape(-1) if not _INT64[0] <= v <= _INT64[1]), None)
         if huge is not None:
             raise SourceError(f"{src}:{rows[huge][0]}: field {name!r} holds a number out of range for int64")
+    if element == "float64":  # booleans among the numbers are 0.0 and 1.0, exactly
+        for (line, _), a in zip(rows, arrays):
+            for v in a.reshape(-1):
+                if not isinstance(v, bool):
+                    _exact_float(src, line, name, v)
     shaped = [(k, a.shape) for k, a in enumerate(arrays) if a.size]
     inner = shaped[0][1][1:] if shaped else ()
     for k, shape in shaped:
@@ -464,6 +470,33 @@ def check_field_names(where: object, names: Iterable[str], what: str) -> None:
             raise SourceError(f"{where}: field name {name!r} ({what}) {problem}")
 
 
+def _as_float(value: Any) -> float | None:
+    """A number, or a CSV cell holding one, as float64 (an integer past its range: inf); else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+    except OverflowError:
+        return math.inf
+
+
+def _exact_float(src: Path, line: int, name: str, value: float | str) -> float:
+    """A float64 field's ``value`` as float64, refused when that does not hold it as written: a
+    NaN, an infinity or a number past float64's range, or a whole number that would lose digits."""
+    number = _as_float(value)
+    if number is None or not math.isfinite(number):
+        raise SourceError(f"{src}:{line}: field {name!r} is {value!r}, not a finite number (NaN, infinities and "
+                          "numbers past float64's 1.8e308 are refused); fix the value")
+    whole = _as_int(value)
+    if whole is not None and int(number) != whole:
+        raise SourceError(f"{src}:{line}: field {name!r} is {whole}, which float64 (the field's type: other "
+                          f"values of it are fractions) cannot hold exactly (it would be {int(number)}); make "
+                          "every value of the field a whole number, or store it as text")
+    return number
+
+
 def _field(src: Path, rows: list, name: str) -> tuple[str, list[Any]]:
     """An extra column's dtype (int64, float64, bool, str, or an array type such as
     ``float64[*,4]``) and its values, one per row."""
@@ -481,12 +514,8 @@ def _field(src: Path, rows: list, name: str) -> tuple[str, list[Any]]:
             raise SourceError(f"{src}:{rows[huge[0]][0]}: field {name!r} is {ints[huge[0]]}, out of range "
                               "for int64 (-2**63..2**63-1); store smaller numbers or text")
         return "int64", ints
-    try:
-        floats = [float(v) for v in values if not isinstance(v, bool)]
-        if len(floats) == len(values):
-            return "float64", floats
-    except (TypeError, ValueError):
-        pass
+    if all(_as_float(v) is not None for v in values):
+        return "float64", [_exact_float(src, line, name, v) for (line, _), v in zip(rows, values)]
     bad = [i for i, v in enumerate(values) if v is not None and not isinstance(v, (str, int, float))]
     if bad:
         raise SourceError(f"{src}:{rows[bad[0]][0]}: field {name!r} holds {type(values[bad[0]]).__name__}; "
