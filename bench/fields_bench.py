@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="fastload-fields-", dir=args.work))
     try:
         write_list(Path(args.photos), args.records, work / "list.jsonl")
-        pack(work / "list.jsonl", work / "d.fl", file_columns=("mask",), progress=False)
+        pack(work / "list.jsonl", work / "d.fl", file_columns=("mask",), progress=False, allow_outside_root=True)
         path = work / "d.fl"
         detection: dict[str, Any] = {"fields": ("image", "label", "boxes", "box_labels", "caption"),
                                      "boxes": "boxes", "box_fields": ("box_labels",)}

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from converters.checks import InvalidFile, check_image
+from converters.confine import ListRoot
 from converters.sources import Skip, SourceFile, SourceListing
 from fastload.errors import SourceError
 from fastload.format.files import open_regular
@@ -113,9 +114,12 @@ def _npy_shape(data: bytes) -> tuple[int, ...]:
 
 def attach_file_columns(listing: SourceListing, columns: tuple[str, ...], max_file_size: int | None,
                         on_error: str = "fail") -> None:
-    """Turn the list's columns ``columns`` (paths, relative to the list's folder) into file fields
-    of each item; their types come from the first row's file. A row without one is an error
+    """Turn the list's columns ``columns`` (paths, relative to the list's folder, confined as its
+    ``path`` column is: ``listing.list_root``) into file fields of each item; their types come
+    from the first row's file. A row without one, or with one outside the root, is an error
     naming its file, or under ``on_error="skip"`` skipped and reported."""
+    confine = listing.list_root
+    assert confine is not None, "file columns are a file list's"
     for name in columns:
         if name not in listing.fields:
             raise SourceError(f"{listing.root}: --file-columns names {name!r}, but the list has no such column "
@@ -123,26 +127,35 @@ def attach_file_columns(listing: SourceListing, columns: tuple[str, ...], max_fi
         if listing.fields[name] != "str":
             raise SourceError(f"{listing.root}: column {name!r} holds {listing.fields[name]} values, not paths; "
                               "--file-columns names columns of file paths")
-    empty = [k for k in range(len(listing.items)) if any(not listing.field_values[name][k] for name in columns)]
-    for k in empty:
-        name = next(name for name in columns if not listing.field_values[name][k])
-        reason = f"its row has no {name!r} file; every row needs one"
-        if on_error != "skip":
-            raise SourceError(f"{listing.items[k].path}: {reason}")
-        listing.skipped.append(Skip(listing.items[k].rel, reason))
-    if empty:
-        dropped = set(empty)
-        keep = [k for k in range(len(listing.items)) if k not in dropped]
+    keep = []
+    for k, item in enumerate(listing.items):
+        reason = next(filter(None, (_column_problem(confine, name, listing.field_values[name][k])
+                                    for name in columns)), None)
+        if reason is None:
+            keep.append(k)
+        elif on_error != "skip":
+            raise SourceError(f"{item.path}: {reason}; fix its row, or pass --on-error skip")
+        else:
+            listing.skipped.append(Skip(item.rel, reason))
+    if len(keep) < len(listing.items):
         listing.items = [listing.items[k] for k in keep]
         listing.field_values = {name: [v[k] for k in keep] for name, v in listing.field_values.items()}
     for name in columns:
         values = listing.field_values.pop(name)
         del listing.fields[name]
         for k, (item, raw) in enumerate(zip(listing.items, values)):
-            path = Path(raw) if os.path.isabs(raw) else listing.root / raw
+            path, _ = confine.locate(raw)
             rel = Path(os.path.normpath(raw)).as_posix()
             listing.items[k] = replace(item, files=(*item.files, source_file(path, rel, max_file_size)))
         listing.file_fields[name] = first_type(listing, len(listing.file_fields), name)
+
+
+def _column_problem(confine: ListRoot, name: str, raw: str) -> str | None:
+    """Why a row's file column ``name`` holding ``raw`` cannot be packed, or None."""
+    if not raw:
+        return f"its row has no {name!r} file; every row needs one"
+    _, outside = confine.locate(raw)
+    return None if outside is None else f"its {name!r} file {raw!r} {outside}"
 
 
 def source_file(path: Path, rel: str, max_file_size: int | None) -> SourceFile:

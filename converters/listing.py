@@ -3,6 +3,7 @@ columns attached (converters.sidecars, converters.file_fields)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,19 +13,21 @@ from fastload.errors import SourceError
 
 
 def list_to_pack(src: object, src_store: Any, src_path: Path | None, *, layout: Layout, extensions: tuple[str, ...],
-                 on_error: str, options: dict[str, Any], sidecars: bool,
-                 file_columns: tuple[str, ...]) -> SourceListing:
+                 on_error: str, options: dict[str, Any], sidecars: bool, file_columns: tuple[str, ...],
+                 root: str | os.PathLike[str] | None = None, allow_outside_root: bool = False) -> SourceListing:
     """The listing of ``src`` (``src_store`` for a store prefix, else the local ``src_path``) in
-    record order, each item with its record's other files."""
+    record order, each item with its record's other files; a file list's paths confined to
+    ``root`` (None: its folder) unless ``allow_outside_root`` (see converters.confine)."""
     if src_store is not None:
-        if sidecars or file_columns:
-            raise SourceError(f"{src}: --sidecars and --file-columns read local files; a store prefix as SRC "
-                              "cannot have them yet: copy it to a local folder first")
+        if sidecars or file_columns or root is not None or allow_outside_root:
+            raise SourceError(f"{src}: --sidecars, --file-columns, --root and --allow-outside-root are for local "
+                              "folders and file lists; a store prefix as SRC cannot have them yet: copy it to "
+                              "a local folder first")
         return list_store_source(src_store, layout=layout, extensions=extensions, on_error=on_error,
                                  max_file_size=options["max_file_size"])
     assert src_path is not None
     listing = list_source(src_path, layout=layout, extensions=extensions, on_error=on_error,
-                          max_file_size=options["max_file_size"])
+                          max_file_size=options["max_file_size"], root=root, allow_outside_root=allow_outside_root)
     if sidecars:
         if listing.layout == "list":
             raise SourceError(f"{src}: --sidecars is for folders; a file list names its fields as columns")

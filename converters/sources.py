@@ -25,8 +25,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from converters.confine import ListRoot
 from fastload.errors import SourceError, SourceNotFoundError
-from fastload.format.files import kind_of
+from fastload.format.files import kernel_refusal, kind_of
 from fastload.format.layout import IMAGE_EXTENSIONS, field_name_problem
 
 Layout = Literal["auto", "imagefolder", "flat", "list"]
@@ -88,6 +89,7 @@ class SourceListing:
     file_fields: dict[str, str] = field(default_factory=dict)  # file field → type (items' ``files``, in order)
     skipped: list[Skip] = field(default_factory=list)  # bad entries, and links to folders listed already
     ignored: Counter[str] = field(default_factory=Counter)  # extension → count, not selected
+    list_root: ListRoot | None = None  # a file list's: where the paths it gives may point
 
 
 def normalize_extensions(extensions: list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -97,10 +99,13 @@ def normalize_extensions(extensions: list[str] | tuple[str, ...] | None) -> tupl
 
 
 def list_source(src: Path, *, layout: Layout = "auto", extensions: tuple[str, ...] = IMAGE_EXTENSIONS,
-                on_error: str = "fail", max_file_size: int | None = None) -> SourceListing:
+                on_error: str = "fail", max_file_size: int | None = None,
+                root: str | os.PathLike[str] | None = None, allow_outside_root: bool = False) -> SourceListing:
     """List SRC in record order; see docs/cli.md ("Sources and record order") for the exact rules.
 
-    ``max_file_size`` (bytes, None for no limit): a larger file is a bad entry, never read.
+    ``max_file_size`` (bytes, None for no limit): a larger file is a bad entry, never read. A file
+    list's paths must resolve inside ``root`` (None: the list's folder) unless
+    ``allow_outside_root`` (see converters.confine).
     """
     if not src.exists() and not src.is_symlink():
         raise SourceNotFoundError(f"{src}: no such folder or file list; check the path")
@@ -111,7 +116,10 @@ def list_source(src: Path, *, layout: Layout = "auto", extensions: tuple[str, ..
         if layout not in ("auto", "list") or src.suffix.lower() not in LIST_SUFFIXES:
             raise SourceError(f"{src}: a file source must be a .csv or .jsonl file list "
                               "(columns path,label plus optional fields)")
-        return _list_file(src, on_error, max_file_size)
+        return _list_file(src, on_error, max_file_size, ListRoot.of(src, root, allow_outside_root))
+    if root is not None or allow_outside_root:
+        raise SourceError(f"{src}: --root and --allow-outside-root are for the paths a CSV/JSONL file list "
+                          "gives; a folder is packed from what lies in it: leave them out")
     if not src.is_dir():
         raise SourceError(f"{src}: not a folder or a file list")
     if layout == "list":
@@ -198,12 +206,15 @@ def _refusal(st: os.stat_result, max_file_size: int | None) -> tuple[str, str | 
     """Why a file with this stat cannot be packed (the reason, and what to do), or None."""
     if not stat.S_ISREG(st.st_mode):
         return f"not a regular file ({kind_of(st.st_mode)})", "remove it"
+    kernel = kernel_refusal(st)  # /proc/self/environ is a regular file
+    if kernel is not None:
+        return kernel, "remove it"
     if max_file_size is not None and st.st_size > max_file_size:
         return f"{st.st_size} bytes is over --max-file-size {max_file_size}; raise the limit or remove it", None
     return None
 
 
-def _problem(listing: SourceListing, on_error: str, path: Path, rel: str, reason: str,
+def _problem(listing: SourceListing, on_error: str, path: Path | str, rel: str, reason: str,
              fix: str | None = "fix or remove it") -> None:
     """A bad entry: raise under 'fail', else count it as skipped. ``fix`` None: ``reason`` says it."""
     if on_error == "fail":
@@ -265,6 +276,8 @@ class _Walker:
             key = (st.st_dev, st.st_ino)
             if directory != self.root and key in ancestors:
                 return self.problem(rel, _LOOP)
+            if (kernel := kernel_refusal(st)) is not None:  # a link to /proc/self: its root/ is all of /
+                return self.problem(rel, kernel, fix="remove the link")
             first = self.listed.get(key, rel)
             if first != rel:  # not a bad entry: its files are listed, under `first`
                 self.listing.skipped.append(Skip(
@@ -306,8 +319,9 @@ class _Walker:
         return None
 
 
-def _list_file(src: Path, on_error: str, max_file_size: int | None) -> SourceListing:
-    """Rows of a CSV (with a header) or JSONL list, in file order; paths relative to the list's folder."""
+def _list_file(src: Path, on_error: str, max_file_size: int | None, confine: ListRoot) -> SourceListing:
+    """Rows of a CSV (with a header) or JSONL list, in file order; paths relative to the list's
+    folder, each resolving inside ``confine``'s root (else a bad entry)."""
     rows = _read_rows(src)
     if not rows:
         raise SourceError(f"{src}: the file list has no rows")
@@ -315,7 +329,7 @@ def _list_file(src: Path, on_error: str, max_file_size: int | None) -> SourceLis
     labels_raw = [row.pop("label", None) for _, row in rows]
     extra_names = sorted({k for _, row in rows for k in row if k != "path"})
     check_field_names(src, extra_names, "a column of the list")
-    listing = SourceListing(root=base, layout="list", items=[], classes=None)
+    listing = SourceListing(root=base, layout="list", items=[], classes=None, list_root=confine)
     label_ids, listing.classes = _labels(src, rows, labels_raw)
     for name in extra_names:
         listing.fields[name], listing.field_values[name] = _field(src, rows, name)
@@ -324,8 +338,11 @@ def _list_file(src: Path, on_error: str, max_file_size: int | None) -> SourceLis
         raw_path = row.get("path")
         if not isinstance(raw_path, str) or not raw_path:
             raise SourceError(f"{src}:{line}: missing 'path'")
-        path = Path(raw_path) if os.path.isabs(raw_path) else base / raw_path
+        path, outside = confine.locate(raw_path)
         rel = Path(os.path.normpath(raw_path)).as_posix()
+        if outside is not None:
+            _problem(listing, on_error, f"{src}:{line}: path {raw_path!r}", rel, outside, fix=None)
+            continue
         try:
             st = path.stat()
         except OSError:

@@ -40,7 +40,8 @@ def _pack(args: argparse.Namespace) -> int:
                   layout=args.layout, check=args.check, max_pixels=args.max_pixels,
                   restart_markers=args.restart_markers, max_file_size=args.max_file_size,
                   storage_options=_storage_options(args), staging=args.staging, sidecars=args.sidecars,
-                  file_columns=[c for c in (args.file_columns or "").split(",") if c])
+                  file_columns=[c for c in (args.file_columns or "").split(",") if c], root=args.root,
+                  allow_outside_root=args.allow_outside_root)
     print(report.summary())
     return 0
 
@@ -250,6 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--file-columns", default=None, metavar="NAMES",
                    help="a file list's columns (comma-separated) naming more files of each record, "
                         "packed beside its image: --file-columns mask,depth")
+    p.add_argument("--root", metavar="DIR", default=None,
+                   help="a file list's paths (and file columns) must lie inside DIR, symlinks resolved "
+                        "(default: the list's folder)")
+    p.add_argument("--allow-outside-root", action="store_true",
+                   help="let a file list name files anywhere (absolute, ../); never /proc, /sys or /dev")
     p.add_argument("--restart-markers", action="store_true",
                    help="rewrite JPEGs losslessly (same pixels) with restart markers, so random crops "
                         "decode from the blocks under them alone: ~11%% less time per train crop, "

@@ -254,7 +254,7 @@ def _pack_sample(inputs: Inputs, temp: Path, limit: int, seed: int) -> Inputs:
         writer.writerow(["path", "label"])
         writer.writerows((os.path.abspath(p), label if labelled else "") for p, label in samples)
     out = temp / "sample.fl"
-    pack(listing, out, format="lmdb", progress=False)
+    pack(listing, out, format="lmdb", progress=False, allow_outside_root=True)  # our own list of its files
     inputs.baseline = ImageFolderBaseline(samples, baseline.image_size, root=baseline.root)
     inputs.packed, inputs.temporary = [out], True
     what = ("all" if len(samples) == len(baseline) else f"the {len(samples)} readable of the"

@@ -13,6 +13,7 @@ found, so callers keep their usual "<path>: cannot read (...)" messages.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 from pathlib import Path
@@ -33,21 +34,50 @@ def not_regular(mode: int) -> OSError:
     return OSError(errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL, f"not a regular file ({kind_of(mode)})")
 
 
+# Kernel file systems: /proc/self/environ is a "regular file" holding the process's secrets.
+KERNEL_FOLDERS = ("/proc", "/sys", "/dev")
+
+
+@functools.cache
+def _kernel_devices() -> frozenset[int]:
+    """The devices of the file systems mounted at KERNEL_FOLDERS (those that are not the root's)."""
+    found = set()
+    for folder in KERNEL_FOLDERS:
+        try:
+            device = os.stat(folder).st_dev
+            if device != os.stat("/").st_dev:
+                found.add(device)
+        except OSError:
+            continue
+    return frozenset(found)
+
+
+def kernel_refusal(st: os.stat_result) -> str | None:
+    """Why the file with this stat is never read (it lies on /proc, /sys or /dev, however it was
+    reached: through links, or a folder linked in), or None."""
+    if st.st_dev in _kernel_devices():
+        return "lies in a kernel file system (/proc, /sys or /dev), never packed whatever the options"
+    return None
+
+
 def too_large(size: int, limit: int) -> OSError:
     return OSError(errno.EFBIG, f"{size} bytes, over the limit of {limit} bytes")
 
 
 def open_regular(path: str | os.PathLike[str], *, follow_links: bool = True) -> int:
-    """A read-only descriptor of ``path`` if it is a regular file; anything else raises OSError.
+    """A read-only descriptor of ``path`` if it is a regular file outside the kernel's file systems;
+    anything else raises OSError.
 
     ``O_NONBLOCK`` makes opening a FIFO return at once instead of waiting for a writer.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     fd = os.open(path, flags)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise not_regular(mode)
+        st = os.fstat(fd)  # of what was opened: a link swapped after a check changes nothing
+        if not stat.S_ISREG(st.st_mode):
+            raise not_regular(st.st_mode)
+        if (kernel := kernel_refusal(st)) is not None:
+            raise OSError(errno.EACCES, kernel)
     except BaseException:
         os.close(fd)
         raise

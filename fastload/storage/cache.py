@@ -1,21 +1,28 @@
-"""The node cache: remote shard files' bytes kept in sparse local files, shared by every process on a node.
+"""The node cache: remote shard files' bytes kept in local files, shared by every process on a node.
 
 Layout of the cache folder (one entry per remote file version; ``<name>`` is the xxh3-128 of its key)::
 
     .lock                   flock'd while entries are admitted, evicted or listed; never for data
     .totals.json            {dataset: bytes reserved}, while it agrees with the entries (TOTALS)
-    <name>/data             the remote file's bytes at their own offsets: sparse, exactly its size
+    <name>/data             the remote file's bytes at their own offsets: exactly its size, all reserved
     <name>/map              one byte per BLOCK of ``data``: 1 when that block's bytes are there
     <name>/meta.json        {"key", "dataset", "size", "block"}; its mtime is the entry's last use
     .tmp-<name>-<pid>/      an entry being made, renamed to ``<name>/`` once whole
 
 An entry costs its whole size from the moment it is admitted, so concurrent writers never take the
-cache past its limit. Data is written first and its blocks marked present after, so a process killed
+cache past its limit, and its blocks are reserved on the disk then (``posix_fallocate``), so a full
+disk refuses the admission instead of failing a write later, or killing the process with SIGBUS on a
+store into a page of the mapped block map (tmpfs). Data is written first and its blocks marked present after, so a process killed
 mid-write leaves blocks unmarked (fetched again), never marked but wrong; the caller still checks each
 record against its checksum and calls ``invalidate()`` on a mismatch (a node that lost power may
 keep a map page whose data pages were never written). An entry evicted while another process has it
 open stays readable there (its files are unlinked, not gone); the disk is freed when the last process
 lets it go, which an entry does on its next write or within TOUCH_EVERY seconds of reads.
+
+The cache fails soft: its disk full, a file planted in its folder (a link, a FIFO, another user's
+``.lock``), a permission or an I/O error is a CacheWarning (once per process and kind of trouble)
+and a read from the store, never a crash. Nothing there is followed: a link in an entry's place is
+removed and the entry made anew; a bad ``.lock`` is left for the user to remove (it may not be ours).
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ import xxhash
 from fastload.format.files import create_new, kind_of, read_regular
 from fastload.storage.cache_entry import (
     BLOCK, TOUCH_EVERY, BlocksMissing, CacheEntry, _check_file, _Files, _map_len, _open, _present,
-    _read_meta, _touch,
+    _read_meta, _reserve, _touch,
 )
 
 TOTALS = ".totals.json"
@@ -45,7 +52,11 @@ TOTALS = ".totals.json"
 It exists only while it agrees with the entries: removed before any entry is made or dropped, written
 after, so a holder killed in between leaves the entries to be counted again."""
 
-__all__ = ["BLOCK", "TOUCH_EVERY", "BlocksMissing", "CacheEntry", "CacheInfo", "NodeCache"]
+__all__ = ["BLOCK", "TOUCH_EVERY", "BlocksMissing", "CacheEntry", "CacheInfo", "CacheWarning", "NodeCache"]
+
+
+class CacheWarning(UserWarning):
+    """The node cache could not be used for a read (which went to the store instead)."""
 
 _ENTRY = re.compile(r"[0-9a-f]{32}")
 
@@ -85,9 +96,15 @@ class NodeCache:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ValueError(f"cache limit {limit!r}: must be a number of bytes, 0 or more")
         self.directory, self.limit, self.policy = os.path.abspath(os.fspath(directory)), limit, policy
-        if not os.path.lexists(self.directory):
-            os.makedirs(self.directory, exist_ok=True)
-        mode = os.lstat(self.directory).st_mode
+        self._warned: set[tuple[str, int | None]] = set()
+        try:
+            if not os.path.lexists(self.directory):
+                os.makedirs(self.directory, exist_ok=True)
+            mode = os.lstat(self.directory).st_mode
+        except OSError as exc:  # a read-only home, say: the datasets are still read, from the store
+            self.bypass("make its folder", exc)
+            self.limit = 0  # caches nothing
+            return
         if not stat.S_ISDIR(mode):
             raise ValueError(f"{self.directory}: the cache folder is {kind_of(mode)}, not a folder; fastload "
                              "never writes through links or into other files: give a real folder")
@@ -125,12 +142,27 @@ class NodeCache:
                 if dataset is None or found.dataset == dataset:
                     self._drop(found.name)
 
+    def bypass(self, what: str, exc: OSError) -> None:
+        """Warn, once per process for each kind of trouble, that the cache could not ``what``
+        (the read that wanted it goes to the store)."""
+        if (what, exc.errno) in self._warned:
+            return
+        self._warned.add((what, exc.errno))
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            advice = ("no room on its disk: free space there, or set a smaller cache_limit or another "
+                      "cache_dir (FASTLOAD_CACHE_DIR)")
+        else:
+            advice = "check the files there and their permissions, or set another cache_dir (FASTLOAD_CACHE_DIR)"
+        reason = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else exc.strerror or exc
+        warnings.warn(f"{self.directory}: the node cache could not {what} ({reason}); {advice}. "
+                      "Reading from the store instead, without caching", CacheWarning, stacklevel=2)
+
     def _path(self, name: str) -> str:
         return os.path.join(self.directory, name)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        fd = os.open(self._path(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        fd = _open_lock(self._path(".lock"))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # released by the kernel if this process is killed
             try:
@@ -144,30 +176,31 @@ class NodeCache:
             os.close(fd)
 
     def _attach(self, name: str, key: str, size: int, dataset: str) -> _Files | None:
+        """The entry's files, opened or admitted; None to read it through (no room, or trouble)."""
         if self.limit == 0 or size > self.limit:
             return None
+        try:
+            with self._locked():
+                return self._attach_locked(name, key, size, dataset)
+        except OSError as exc:  # a full disk, a planted file, a permission: read through, never a crash
+            self.bypass("keep a shard", exc)
+            return None
+
+    def _attach_locked(self, name: str, key: str, size: int, dataset: str) -> _Files | None:
         path = self._path(name)
-        with self._locked():
+        files = _open(path, key, size)
+        if files is None:
+            if os.path.lexists(path):
+                self._drop(name)  # damaged (a bad sidecar, a map of the wrong size, a link): made again
+            totals = self._make_room(size, dataset)
+            if totals is None:
+                return None
+            self._create(name, key, size, dataset)
+            totals[dataset] = totals.get(dataset, 0) + size
+            self._write_totals(totals)
             files = _open(path, key, size)
-            if files is None:
-                if os.path.lexists(path):
-                    self._drop(name)  # damaged (a bad sidecar, a map of the wrong size): made again
-                totals = self._make_room(size, dataset)
-                if totals is None:
-                    return None
-                try:
-                    self._create(name, key, size, dataset)
-                except OSError as exc:  # a full disk must not stop training: read through
-                    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                        raise
-                    warnings.warn(f"{self.directory}: no room on its disk for a {size}-byte entry "
-                                  f"({exc.strerror}); reading {key} without caching", stacklevel=3)
-                    return None
-                totals[dataset] = totals.get(dataset, 0) + size
-                self._write_totals(totals)
-                files = _open(path, key, size)
-            _touch(path)
-            return files
+        _touch(path)
+        return files
 
     def _totals(self) -> dict[str, int]:
         """Bytes reserved per dataset: from TOTALS (one small read) while it is there, else counted
@@ -184,8 +217,12 @@ class NodeCache:
 
     def _write_totals(self, totals: dict[str, int]) -> None:
         tmp = self._path(f".tmp-totals-{os.getpid()}")
-        _write_new(tmp, json.dumps({k: v for k, v in totals.items() if v}).encode())
-        os.rename(tmp, self._path(TOTALS))
+        try:
+            _write_new(tmp, json.dumps({k: v for k, v in totals.items() if v}).encode())
+            os.rename(tmp, self._path(TOTALS))
+        except OSError:  # a full disk: left absent, the totals are counted from the entries next time
+            with contextlib.suppress(OSError):
+                _remove(tmp)
 
     def _drop(self, name: str) -> None:
         """Evict one entry. TOTALS goes first: a holder killed midway leaves the entries to be counted."""
@@ -240,17 +277,44 @@ class NodeCache:
         for stale in os.listdir(self.directory):
             if stale.startswith(".tmp-"):
                 _remove(self._path(stale))  # left by a holder that died (see _scan)
+        room = os.statvfs(self.directory)
+        if room.f_bavail * room.f_frsize < size + _map_len(size):  # refused at once, nothing reserved
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} for a {size}-byte shard")
         tmp = self._path(f".tmp-{name}-{os.getpid()}")
         os.mkdir(tmp)
-        for file, length in (("data", size), ("map", _map_len(size))):
-            fd = create_new(os.path.join(tmp, file))
-            try:
-                os.ftruncate(fd, length)  # sparse data, an all-absent map
-            finally:
-                os.close(fd)
-        meta = {"key": key, "dataset": dataset, "size": size, "block": BLOCK}
-        _write_new(os.path.join(tmp, "meta.json"), json.dumps(meta).encode())
-        os.rename(tmp, self._path(name))
+        try:
+            for file, length in (("data", size), ("map", _map_len(size))):
+                fd = create_new(os.path.join(tmp, file))
+                try:
+                    _reserve(fd, length)  # zeros: an all-absent map, and the data's blocks held
+                finally:
+                    os.close(fd)
+            meta = {"key": key, "dataset": dataset, "size": size, "block": BLOCK}
+            _write_new(os.path.join(tmp, "meta.json"), json.dumps(meta).encode())
+            os.rename(tmp, self._path(name))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                _remove(tmp)  # now: what it reserved is freed at once
+            raise
+
+
+def _open_lock(path: str) -> int:
+    """A descriptor of the cache's lock file: a regular file of this user's, created if missing;
+    a link there is never followed, nor a FIFO waited on (OSError saying what is there)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):  # a link, a folder, a socket
+            raise
+        found = os.lstat(path)
+    else:
+        found = os.fstat(fd)
+        if stat.S_ISREG(found.st_mode) and found.st_uid == os.geteuid():
+            return fd
+        os.close(fd)
+    raise OSError(errno.EPERM, f"{path} is {kind_of(found.st_mode)} owned by uid {found.st_uid}, not a lock "
+                               f"file of this user's (uid {os.geteuid()}); fastload never follows links "
+                               "or uses others' files in its cache folder: remove it")
 
 
 def _by_dataset(found: Iterable[_Found]) -> dict[str, int]:

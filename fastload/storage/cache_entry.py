@@ -1,4 +1,4 @@
-"""One cache entry: a remote file's bytes in a sparse local file and a shared map of which blocks
+"""One cache entry: a remote file's bytes in a local file and a shared map of which blocks
 are present (see fastload.storage.cache for the folder they live in and the rules they keep)."""
 
 from __future__ import annotations
@@ -82,24 +82,22 @@ class CacheEntry:
             raise ValueError(f"{self.path}: read of {length} bytes at {offset} runs past the end of "
                              f"{self.key} ({self.size} bytes)")
         files = self._current()  # held while reading: its descriptor stays open until we are done
-        if length and 0 in files.map[start // BLOCK:(end - 1) // BLOCK + 1]:
-            raise BlocksMissing(f"{self.path}: bytes {start}..{end} of {self.key} are not all cached; "
+        missing = BlocksMissing(f"{self.path}: bytes {start}..{end} of {self.key} are not all cached; "
                                 "fetch and write the spans missing() names, then read")
-        parts = []
-        while start < end:
-            part = os.pread(files.fd, end - start, start)
-            if not part:
-                raise OSError(f"{self.path}/data: ends before byte {start} (truncated by hand?); "
-                              "clear the cache")
-            parts.append(part)
-            start += len(part)
-        if time.monotonic() - self._checked > TOUCH_EVERY:
-            self._checked = time.monotonic()
-            if os.fstat(files.fd).st_nlink == 0:
-                self._reattach(files)  # evicted elsewhere: let go of its unlinked file
-            else:
-                _touch(self.path)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        if length and 0 in files.map[start // BLOCK:(end - 1) // BLOCK + 1]:
+            raise missing
+        try:
+            data = _pread_all(files.fd, start, end, self.path)
+            if time.monotonic() - self._checked > TOUCH_EVERY:
+                self._checked = time.monotonic()
+                if os.fstat(files.fd).st_nlink == 0:
+                    self._reattach(files)  # evicted elsewhere: let go of its unlinked file
+                else:
+                    _touch(self.path)
+        except OSError as exc:  # a failing disk, a file cut short by hand: not cached, from now on
+            self._lose(files, "read a cached shard", exc)
+            raise missing from None
+        return data
 
     def write(self, offset: int, data: bytes | memoryview) -> bool:
         """Keep ``data`` (whole blocks from ``offset``; the last may end at the end of the file) and
@@ -111,14 +109,18 @@ class CacheEntry:
                              f"blocks of {self.key} ({self.size} bytes); write block-aligned spans as "
                              "missing() returns them")
         files = self._current()
-        if files.fd >= 0 and os.fstat(files.fd).st_nlink == 0:
-            files = self._reattach(files)  # evicted by another process: writing there would leak disk
-        if files.fd < 0 or not view:
-            return files.fd >= 0
-        position = offset
-        while view:
-            written = os.pwrite(files.fd, view, position)
-            view, position = view[written:], position + written
+        try:
+            if files.fd >= 0 and os.fstat(files.fd).st_nlink == 0:
+                files = self._reattach(files)  # evicted by another process: writing there would leak disk
+            if files.fd < 0 or not view:
+                return files.fd >= 0
+            position = offset
+            while view:
+                written = os.pwrite(files.fd, view, position)
+                view, position = view[written:], position + written
+        except OSError as exc:  # its blocks are reserved, so an I/O error, not a full disk
+            self._lose(files, "write to a cached shard", exc)
+            return False
         first = offset // BLOCK
         files.map[first:-(-end // BLOCK)] = b"\x01" * (-(-end // BLOCK) - first)  # only now: data is there
         return True
@@ -202,7 +204,18 @@ class CacheEntry:
 
     def _admit(self) -> _Files:
         files = self.cache._attach(self.name, self.key, self.size, self.dataset)
-        return files if files is not None else _Files(-1, bytearray(_map_len(self.size)))
+        return files if files is not None else self._through()
+
+    def _through(self) -> _Files:
+        """Files of an entry that is not cached: no descriptor, a private all-absent map."""
+        return _Files(-1, bytearray(_map_len(self.size)))
+
+    def _lose(self, files: _Files, what: str, exc: OSError) -> None:
+        """Stop using the cache for this file in this process (its reads go to the store), and say why."""
+        self.cache.bypass(what, exc)
+        with _open_lock:
+            if self._files is files:
+                self._files = self._through()
 
 
 class Claim:
@@ -268,6 +281,9 @@ def _open(path: str, key: str, size: int) -> _Files | None:
         files = _Files(os.open(os.path.join(path, "data"), flags), bytearray())  # closed when dropped
         map_fd = os.open(os.path.join(path, "map"), flags)
         try:
+            # Every page of the map on disk before it is mapped (entries made before this was
+            # done are sparse): touching a hole on a full disk is SIGBUS, not an error to catch.
+            _reserve(map_fd, _map_len(size))
             files.map = mmap.mmap(map_fd, _map_len(size), mmap.MAP_SHARED)  # every process sees every mark
         finally:
             os.close(map_fd)  # the mapping stays
@@ -279,6 +295,8 @@ def _open(path: str, key: str, size: int) -> _Files | None:
 
 
 def _read_meta(path: str) -> dict:
+    if not stat.S_ISDIR(os.lstat(path).st_mode):  # a link to a folder elsewhere is never followed
+        raise ValueError(f"{path}: not a folder")
     meta = json.loads(read_regular(os.path.join(path, "meta.json"), 1 << 16, follow_links=False))
     if not (isinstance(meta, dict) and isinstance(meta.get("key"), str) and isinstance(meta.get("dataset"), str)
             and type(meta.get("size")) is int and meta["size"] >= 0 and meta.get("block") == BLOCK):
@@ -290,6 +308,24 @@ def _check_file(path: str, size: int) -> None:
     st = os.lstat(path)
     if not stat.S_ISREG(st.st_mode) or st.st_size != size:
         raise ValueError(f"{path}: {kind_of(st.st_mode)} of {st.st_size} bytes, expected {size}")
+
+
+def _reserve(fd: int, length: int) -> None:
+    """Allocate the file's first ``length`` bytes on disk (zeros where there were none); OSError
+    (ENOSPC) when the disk has no room for them."""
+    if length:
+        os.posix_fallocate(fd, 0, length)
+
+
+def _pread_all(fd: int, start: int, end: int, path: str) -> bytes:
+    parts = []
+    while start < end:
+        part = os.pread(fd, end - start, start)
+        if not part:
+            raise OSError(errno.EIO, f"{path}/data ends before byte {start} (cut short by hand?)")
+        parts.append(part)
+        start += len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _present(present: mmap.mmap | bytearray | bytes, size: int) -> int:

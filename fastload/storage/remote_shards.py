@@ -3,7 +3,6 @@ byte range, and kept in the node cache so a second epoch reads local files."""
 
 from __future__ import annotations
 
-import errno
 import io
 import os
 import threading
@@ -68,7 +67,6 @@ class RemoteShards:
         self.cache = cache  # a NodeCache or None
         self._objects: dict[str, RemoteObject] | None = None
         self._lock = ProcessLock()
-        self._cache_failed = False
         self._filler: _Filler | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -104,7 +102,7 @@ class RemoteShards:
         found = self.check(shard)
         name = self.manifest.shards[shard].file
         entry = None
-        if self.cache is not None and not self._cache_failed:
+        if self.cache is not None:
             key = f"{self.store.display(name)}|{found.size}|{found.etag}"
             entry = self.cache.entry(key, found.size, dataset=self.store.url)
         return RemoteShard(self, name, found, entry)
@@ -187,7 +185,7 @@ class RemoteShards:
         (fetching and decoding overlap instead of taking turns). Shards the cache has no room for
         are left alone. One filler per process; a failure stops it (the reads then fetch what they
         need themselves and report any error)."""
-        if self.cache is None or self._cache_failed:
+        if self.cache is None:
             return
         with self._lock:
             running = self._filler
@@ -213,18 +211,8 @@ class RemoteShards:
 
     def _keep(self, shard: RemoteShard, start: int, body: bytes) -> None:
         entry = shard.entry  # once: another thread may drop it
-        if entry is None:
-            return
-        try:
-            kept = entry.write(start, body)
-        except OSError as exc:  # a full disk must not stop training: read through from now on
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            self._cache_failed, kept = True, False
-            warnings.warn(f"{self.cache}: the cache's disk is full ({exc.strerror}); reading "
-                          f"{self.store.url} without caching from now on", stacklevel=3)
-        if not kept:  # evicted by another process and no room to come back: read this shard through
-            shard.entry = None
+        if entry is not None and not entry.write(start, body):
+            shard.entry = None  # evicted and no room to come back, or the cache failed: read it through
 
     @staticmethod
     def _cached(entry: Any, offset: int, size: int) -> bytes | None:

@@ -241,7 +241,7 @@ def test_file_list_paths_are_relative_to_the_list_or_absolute(tmp_path):
     lists.mkdir()
     absolute = str(tmp_path / "data" / "img" / "a.jpg")
     _write_csv(lists / "l.csv", [{"path": "../img/b.jpg", "label": "1"}, {"path": absolute, "label": "0"}])
-    pack(lists / "l.csv", tmp_path / "l.fl", progress=False)
+    pack(lists / "l.csv", tmp_path / "l.fl", progress=False, root=tmp_path / "data")  # both lie inside it
     got = records(tmp_path / "l.fl")
     assert [r["data"] for r in got] == [files["img/b.jpg"], files["img/a.jpg"]]
     assert [r["path"] for r in got] == ["../img/b.jpg", absolute]

@@ -1,5 +1,6 @@
 """The node cache: whole-block writes and reads, the size limit across processes, the two eviction
-policies, SIGKILL at random moments, damaged entries, and entries carried into other processes."""
+policies, SIGKILL at random moments, damaged entries, entries carried into other processes, and
+failing soft (a full disk, files planted in the cache folder, I/O errors)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import numpy as np
 import pytest
 import xxhash
 
-from fastload.storage.cache import BLOCK, BlocksMissing, CacheEntry, NodeCache
+from fastload.storage.cache import BLOCK, BlocksMissing, CacheEntry, CacheWarning, NodeCache
+from tests.storage.small_disk import fill_up, tmpfs
 
 CTX = multiprocessing.get_context("fork")
 
@@ -480,3 +482,70 @@ def test_a_link_or_a_file_is_refused_as_the_folder(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="'lru'"):
         NodeCache(tmp_path / "real", BLOCK, "fifo")  # type: ignore[arg-type]
     assert NodeCache(tmp_path / "new" / "cache", BLOCK).directory == str(tmp_path / "new" / "cache")
+
+
+# --- failing soft: a full disk, planted files, I/O errors -----------------------------------------
+
+def test_an_admitted_entry_keeps_its_room_when_the_disk_fills(tmp_path: Path) -> None:
+    """Its blocks are reserved as it is admitted: a disk filled afterwards (another entry, another
+    program) fails no write of it, and a tmpfs kills no one with SIGBUS through its mapped map."""
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        cache = NodeCache(disk / "cache", 100 * BLOCK)
+        entry = cache.entry(key(1), 8 * BLOCK, "ds")
+        assert entry is not None
+        fill_up(disk, 0)
+        fill(entry, 1)
+        assert check_present(entry, 1) == 8
+        with pytest.warns(CacheWarning, match=f"{disk / 'cache'}: .*no room on its disk: free space"):
+            assert cache.entry(key(2), 2 * BLOCK, "ds") is None  # nothing more fits: read through
+
+
+def _plant(where: Path, kind: str) -> None:
+    if kind == "link":
+        where.symlink_to(where.parent.parent / "elsewhere")
+    elif kind == "fifo":
+        os.mkfifo(where)
+    elif kind == "folder":
+        where.mkdir()
+    else:  # another user's file
+        where.touch()
+        os.chown(where, 12345, 12345)
+
+
+@pytest.mark.parametrize(("kind", "found"), [("link", "a symbolic link"), ("fifo", "a FIFO"),
+                                             ("folder", "a folder"), ("owner", "a regular file owned by uid 12345")])
+def test_a_planted_lock_file_is_a_warning_and_no_cache(tmp_path: Path, kind: str, found: str) -> None:
+    if kind == "owner" and os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    cache = NodeCache(tmp_path / "cache", 10 * BLOCK)
+    _plant(tmp_path / "cache" / ".lock", kind)
+    with pytest.warns(CacheWarning, match=f"{tmp_path / 'cache' / '.lock'} is {found}.*remove it"):
+        assert cache.entry(key(1), 3 * BLOCK, "ds") is None  # read through, never a bare OSError
+    assert not os.path.lexists(tmp_path / "elsewhere")  # a link is never followed
+
+
+def test_a_linked_entry_folder_is_replaced_never_followed(tmp_path: Path) -> None:
+    other = NodeCache(tmp_path / "other", 10 * BLOCK)
+    entry = other.entry(key(1), 3 * BLOCK, "ds")
+    assert entry is not None
+    fill(entry, 1)
+    entry.close()
+    name = xxhash.xxh3_128_hexdigest(key(1).encode())
+    cache = NodeCache(tmp_path / "cache", 10 * BLOCK)
+    (tmp_path / "cache" / name).symlink_to(tmp_path / "other" / name)
+    mine = cache.entry(key(1), 3 * BLOCK, "ds")
+    assert mine is not None and mine.present_bytes() == 0  # made anew in the cache folder itself
+    assert (tmp_path / "cache" / name).is_dir() and not (tmp_path / "cache" / name).is_symlink()
+    assert [info.present for info in other.entries()] == [3 * BLOCK]  # the link's target untouched
+
+
+def test_a_cached_file_cut_short_is_a_warning_and_a_miss(tmp_path: Path) -> None:
+    cache = NodeCache(tmp_path, 10 * BLOCK)
+    entry = cache.entry(key(1), 3 * BLOCK, "ds")
+    assert entry is not None
+    fill(entry, 1)
+    os.truncate(tmp_path / entry.name / "data", BLOCK)  # by hand, behind the cache's back
+    with pytest.warns(CacheWarning, match="could not read a cached shard .*ends before byte"), \
+            pytest.raises(BlocksMissing):
+        entry.read(2 * BLOCK, 10)  # the caller fetches it from the store
+    assert entry.missing([(0, 10)]) == [(0, BLOCK)] and entry.write(0, content(1, 0, BLOCK)) is False
