@@ -107,8 +107,10 @@ class ShardReader:
         if record_checksum(data) == expected:
             return data
         if self.remote is not None:  # the cached copy may be what is damaged: ask the store
-            data = self.remote.refetch(self.locate(i, field))
+            place = self.locate(i, field)
+            data = self.remote.refetch(place)
             if record_checksum(data) == expected:
+                self.remote.damaged_copy(place[0], f"{self.where(i, field)}: checksum mismatch")
                 return data
         raise self.corrupt(i, "checksum mismatch (the stored bytes changed)", field)
 

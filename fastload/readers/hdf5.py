@@ -8,6 +8,7 @@ from typing import Any
 from fastload.errors import FastloadError, ManifestError
 from fastload.format import HDF5_DATA
 from fastload.format.files import open_regular
+from fastload.format.manifest import ShardInfo
 from fastload.readers.base import ShardReader
 
 
@@ -19,33 +20,14 @@ class HDF5Reader(ShardReader):
     """
 
     def open_shard(self, shard: int) -> Any:
-        import h5py
-
         info = self.manifest.shards[shard]
         path = f"{self.root}/{info.file}"
-        remote = self.remote.open(shard) if self.remote is not None else None
-        if remote is None:
-            self.stat_shard(shard)  # a regular file of the size the manifest says, before h5py opens it
-        try:
-            with h5py.File(remote.stream() if remote is not None else path, "r") as f:
-                dset = f[HDF5_DATA]
-                if not isinstance(dset, h5py.Dataset) or dset.ndim != 1:  # a damaged header
-                    raise ValueError(f"{HDF5_DATA!r} is a {type(dset).__name__}, not a 1-D dataset")
-                offset = dset.id.get_offset()
-                ok = dset.dtype == "uint8" and dset.chunks is None and dset.shape[0] >= info.data_bytes
-        except (OSError, KeyError, ValueError, RuntimeError, TypeError) as exc:  # what h5py raises
-            if remote is not None:
-                remote.close()
-                if isinstance(exc, FastloadError):  # the store failed: say so, not "damaged"
-                    raise
-            raise ManifestError(f"{path}: not a readable fastload HDF5 shard ({exc}); re-pack the dataset") from None
-        if not ok or offset != info.data_offset:
-            if remote is not None:
-                remote.close()
-            raise ManifestError(f"{path}: the payload dataset is not where the manifest says "
-                                f"(offset {offset}, expected {info.data_offset}); re-pack the dataset")
-        if remote is not None:
+        if self.remote is not None:
+            remote, _ = self.remote.open_parsed(shard, lambda r: _check_layout(r.stream(), path, info),
+                                                ManifestError)
             return remote
+        self.stat_shard(shard)  # a regular file of the size the manifest says, before h5py opens it
+        _check_layout(path, path, info)
         try:
             return open_regular(path)
         except OSError as exc:
@@ -62,3 +44,25 @@ class HDF5Reader(ShardReader):
         shard, columns = int(self.index.shard[i]), self.places(field)
         start = self.manifest.shards[shard].data_offset + int(columns.offset[i])
         return self.handle(shard), start, int(columns.size[i])
+
+
+def _check_layout(source: Any, path: str, info: ShardInfo) -> None:
+    """Check with h5py that the shard (a path, or a file object over a remote one) holds its
+    payloads contiguous where the manifest says; ManifestError if not. A store that fails is
+    not called damaged: its own error is raised."""
+    import h5py
+
+    try:
+        with h5py.File(source, "r") as f:
+            dset = f[HDF5_DATA]
+            if not isinstance(dset, h5py.Dataset) or dset.ndim != 1:  # a damaged header
+                raise ValueError(f"{HDF5_DATA!r} is a {type(dset).__name__}, not a 1-D dataset")
+            offset = dset.id.get_offset()
+            ok = dset.dtype == "uint8" and dset.chunks is None and dset.shape[0] >= info.data_bytes
+    except (OSError, KeyError, ValueError, RuntimeError, TypeError) as exc:  # what h5py raises
+        if isinstance(exc, FastloadError):  # the store failed: say so, not "damaged"
+            raise
+        raise ManifestError(f"{path}: not a readable fastload HDF5 shard ({exc}); re-pack the dataset") from None
+    if not ok or offset != info.data_offset:
+        raise ManifestError(f"{path}: the payload dataset is not where the manifest says "
+                            f"(offset {offset}, expected {info.data_offset}); re-pack the dataset")

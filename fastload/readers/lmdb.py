@@ -35,12 +35,12 @@ class LMDBReader(ShardReader):
     def open_shard(self, shard: int) -> Any:
         info = self.manifest.shards[shard]
         if self.remote is not None:
-            remote = self.remote.open(shard)
-            try:
-                return _OpenShard(remote, locate_records(remote.read_at, remote.size, info.entries,
-                                                         remote.read_many))
+            def walk(remote: Any) -> RecordPlaces:
+                return locate_records(remote.read_at, remote.size, info.entries, remote.read_many)
+
+            try:  # a tree that fails on cached bytes is walked again on the store's
+                return _OpenShard(*self.remote.open_parsed(shard, walk, DamagedShard))
             except DamagedShard as exc:
-                remote.close()
                 raise ManifestError(f"{self.root}/{info.file}: damaged LMDB shard ({exc}); run `fastload "
                                     "verify` on the dataset and re-pack it") from None
         path = Path(self.root) / info.file

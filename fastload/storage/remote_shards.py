@@ -8,12 +8,12 @@ import os
 import threading
 import warnings
 import weakref
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from fastload.errors import ManifestError
 from fastload.format.manifest import Manifest
-from fastload.storage.cache import BlocksMissing
+from fastload.storage.cache import BlocksMissing, CacheWarning
 from fastload.storage.remote import ProcessLock, RemoteObject, RemoteStore
 
 FILL_PIECE = 4 * 2**20
@@ -34,12 +34,15 @@ class RemoteShard:
         # weakly: the RemoteShards owns its shards, and a filler holding one must not keep it alive
         self.shards = weakref.proxy(shards)
         self.name, self.size, self.etag, self.entry = name, info.size, info.etag, entry
+        self.spans: list[tuple[int, int]] | None = None  # what was read, while RemoteShards.open_parsed runs
 
     def read_at(self, offset: int, size: int) -> bytes:
-        return self.shards.read([(self, offset, size)])[0]
+        return self.read_many([(offset, size)])[0]
 
     def read_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """The bytes at every ``(offset, size)``, in one round of requests."""
+        if self.spans is not None:
+            self.spans += ranges
         return self.shards.read([(self, offset, size) for offset, size in ranges])
 
     def stream(self) -> io.RawIOBase:
@@ -52,6 +55,7 @@ class RemoteShard:
 
 
 Place = tuple[RemoteShard, int, int]  # (shard, offset, size)
+T = TypeVar("T")
 
 
 class RemoteShards:
@@ -106,6 +110,42 @@ class RemoteShards:
             key = f"{self.store.display(name)}|{found.size}|{found.etag}"
             entry = self.cache.entry(key, found.size, dataset=self.store.url)
         return RemoteShard(self, name, found, entry)
+
+    def open_parsed(self, shard: int, parse: Callable[[RemoteShard], T],
+                    damaged: type[Exception] | tuple[type[Exception], ...]) -> tuple[RemoteShard, T]:
+        """The shard opened, and ``parse(shard)``: its structure (an LMDB B-tree, an HDF5 header)
+        read and checked, raising ``damaged`` when it is not sound. Bytes that came from the node
+        cache may be what is damaged (a failing disk, a power cut): then the cached blocks the
+        parse read are dropped and it runs once more, on bytes fetched from the store, so only a
+        store copy that fails too raises (the caller's "damaged, re-pack")."""
+        remote = self.open(shard)
+        entry = remote.entry
+        remote.spans = []
+        try:
+            try:
+                return remote, parse(remote)
+            except damaged as exc:
+                if entry is None:
+                    raise
+                first = exc
+            for offset, size in remote.spans:
+                entry.invalidate(offset, size)
+            parsed = parse(remote)
+        except BaseException:
+            remote.close()
+            raise
+        finally:
+            remote.spans = None
+        self.damaged_copy(remote, str(first))
+        return remote, parsed
+
+    def damaged_copy(self, shard: RemoteShard, what: str) -> None:
+        """Say that bytes of ``shard`` failed their check (``what``) as the node cache held them,
+        and that the store's copy passed it (the cache's disk may be failing)."""
+        if shard.entry is not None:
+            warnings.warn(f"{self.cache}: the cached copy of {self.store.display(shard.name)} was damaged "
+                          f"({what}); dropped it and read it again from the store, which holds it whole",
+                          CacheWarning, stacklevel=3)
 
     def read(self, places: Sequence[Place]) -> list[bytes]:
         """The bytes at every place: from the cache where present, else fetched (whole pieces or
