@@ -99,8 +99,8 @@ class EpochSampler(Sampler):
         return (SampleKey(i, epoch, seed) for i in order.tolist())
 
     def __len__(self) -> int:
-        """Samples the next iteration yields (what a progress bar reads before iterating)."""
-        epoch, start = self.upcoming()
-        n, w = self.num_samples - (self.consumed if epoch == self.epoch else 0), self.world_size
-        per_rank = n // w if self.drop_last else -(-n // w)
-        return per_rank - start
+        """Samples of this rank's share of a whole epoch: torch's meaning, also while a resumed
+        epoch is in progress (its iteration yields only the rest). Trainers count an epoch's
+        batches from it and add the ones they ran before the checkpoint (Lightning does)."""
+        n, w = self.num_samples, self.world_size
+        return n // w if self.drop_last else -(-n // w)

@@ -60,12 +60,8 @@ class ResumableSampler:
         return self._pass
 
     def __len__(self) -> int:
-        """Items of the next pass, or of the resumed pass in progress: what a resume leaves."""
-        if self._pending is not None:
-            return len(self.base) - self._pending["skip"]
-        running = self._pass
-        if running is not None and running.skip and not running.exhausted:
-            return len(self.base) - running.skip
+        """Items of a whole pass, as torch's ``len(sampler)``: a resumed pass yields only the rest,
+        and trainers that resume count the items they ran before the checkpoint themselves."""
         return len(self.base)
 
     def state(self, delivered: int) -> dict[str, Any]:
