@@ -286,7 +286,7 @@ class NodeCache:
             for file, length in (("data", size), ("map", _map_len(size))):
                 fd = create_new(os.path.join(tmp, file))
                 try:
-                    _reserve(fd, length)  # zeros: an all-absent map, and the data's blocks held
+                    _reserve(fd, length, emulated=file == "map")  # zeros: an all-absent map
                 finally:
                     os.close(fd)
             meta = {"key": key, "dataset": dataset, "size": size, "block": BLOCK}

@@ -4,6 +4,7 @@ are present (see fastload.storage.cache for the folder they live in and the rule
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import json
@@ -15,7 +16,7 @@ import struct
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastload.errors import FastloadError
 from fastload.format.files import kind_of, read_regular
@@ -310,11 +311,37 @@ def _check_file(path: str, size: int) -> None:
         raise ValueError(f"{path}: {kind_of(st.st_mode)} of {st.st_size} bytes, expected {size}")
 
 
-def _reserve(fd: int, length: int) -> None:
+def _reserve(fd: int, length: int, *, emulated: bool = True) -> None:
     """Allocate the file's first ``length`` bytes on disk (zeros where there were none); OSError
-    (ENOSPC) when the disk has no room for them."""
-    if length:
+    (ENOSPC) when the disk has no room for them. Where the file system cannot allocate without
+    writing (NFS v3), glibc writes a byte into every block: fine for a map, too slow for a large
+    data file, which is then only extended (``emulated=False``: sparse, its writes may still fail)."""
+    if not length:
+        return
+    if _fallocate is not None:
+        if _fallocate(fd, 0, 0, length) == 0:
+            return
+        failed = ctypes.get_errno()
+        if failed not in (errno.EOPNOTSUPP, errno.ENOSYS):
+            raise OSError(failed, os.strerror(failed))
+    if emulated and hasattr(os, "posix_fallocate"):
         os.posix_fallocate(fd, 0, length)
+    elif os.fstat(fd).st_size < length:
+        os.ftruncate(fd, length)
+
+
+def _load_fallocate() -> Any:
+    """Linux's fallocate(2), which never writes to emulate itself; None where there is none."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = getattr(libc, "fallocate64", None) or libc.fallocate
+    except (OSError, AttributeError):
+        return None
+    call.argtypes, call.restype = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64], ctypes.c_int
+    return call
+
+
+_fallocate = _load_fallocate()
 
 
 def _pread_all(fd: int, start: int, end: int, path: str) -> bytes:

@@ -4,6 +4,8 @@ failing soft (a full disk, files planted in the cache folder, I/O errors)."""
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import fcntl
 import json
 import multiprocessing
@@ -20,6 +22,7 @@ import numpy as np
 import pytest
 import xxhash
 
+import fastload.storage.cache_entry
 from fastload.storage.cache import BLOCK, BlocksMissing, CacheEntry, CacheWarning, NodeCache
 from tests.storage.small_disk import fill_up, tmpfs
 
@@ -498,6 +501,23 @@ def test_an_admitted_entry_keeps_its_room_when_the_disk_fills(tmp_path: Path) ->
         assert check_present(entry, 1) == 8
         with pytest.warns(CacheWarning, match=f"{disk / 'cache'}: .*no room on its disk: free space"):
             assert cache.entry(key(2), 2 * BLOCK, "ds") is None  # nothing more fits: read through
+
+
+def test_where_the_disk_cannot_reserve_without_writing_the_data_stays_sparse(tmp_path: Path,
+                                                                               monkeypatch: Any) -> None:
+    """NFS v3 and the like: glibc would write a byte into every block of a large file to emulate
+    posix_fallocate, under the cache's lock; only the small map is reserved so."""
+    def unsupported(*_: int) -> int:
+        ctypes.set_errno(errno.EOPNOTSUPP)
+        return -1
+
+    monkeypatch.setattr(fastload.storage.cache_entry, "_fallocate", unsupported)
+    entry = NodeCache(tmp_path, 100 * BLOCK).entry(key(1), 64 * BLOCK, "ds")
+    assert entry is not None
+    assert os.stat(tmp_path / entry.name / "data").st_blocks == 0  # extended, not written
+    assert os.stat(tmp_path / entry.name / "map").st_blocks > 0
+    fill(entry, 1)
+    assert check_present(entry, 1) == 64
 
 
 def _plant(where: Path, kind: str) -> None:
