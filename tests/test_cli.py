@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from converters.out_dir import prepare_out
 from fastload.format import read_manifest
 from tests.conftest import (
     copy_dataset, fastload_command, imagefolder_files, load_manifest_json, make_jpeg, many_small_jpegs, run_fastload,
@@ -235,7 +236,7 @@ sys.stdin.read()
 def test_a_second_pack_into_a_locked_folder_refuses(cli, imagefolder, tmp_path):
     src, files = imagefolder
     out = tmp_path / "out"
-    out.mkdir()
+    prepare_out(out)  # the folder as the first pack made it (its owner file), before it took the lock
     holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, out / ".pack.lock"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
