@@ -48,6 +48,11 @@ class ResumableSampler:
         self._pass: _Pass | None = None  # the pass begun last
         self._pending: dict[str, Any] | None = None  # what the next pass restores, from load()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A pass in progress belongs to the iterator drawing it (a live iterator and a lock): a
+        # pickled or copied loader draws its next pass anew, as the original's next iter() does.
+        return {**self.__dict__, "_pass": None}
+
     @property
     def kind(self) -> str:
         """``"stateful"`` (the sampler saves itself) or ``"replay"`` (its order is drawn again)."""
