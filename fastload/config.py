@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
@@ -59,6 +60,37 @@ def env_int(name: str) -> int | None:
         return int(raw)
     except ValueError:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+REQUEST_TIMEOUT = 60.0
+"""Seconds an object-store GET may wait for its answer to begin; its whole body then has these plus
+``REQUEST_SECONDS_PER_MB`` per MB it holds. Past that a stalled, slow-dripping or short (lying
+Content-Length) response is abandoned and retried like a timeout (``FASTLOAD_REQUEST_TIMEOUT``
+overrides the 60)."""
+
+REQUEST_SECONDS_PER_MB = 4.0
+"""A GET's deadline grows by this per MB of body: a floor of 250 KB/s for each of the many requests
+in flight (a 100 KB record gets 60.4 s, a 16 MiB coalesced span 127 s)."""
+
+
+def request_timeout() -> float:
+    """The base of every GET's deadline: ``FASTLOAD_REQUEST_TIMEOUT`` seconds, else REQUEST_TIMEOUT."""
+    raw = os.environ.get("FASTLOAD_REQUEST_TIMEOUT", "").strip()
+    if not raw:
+        return REQUEST_TIMEOUT
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"environment variable FASTLOAD_REQUEST_TIMEOUT={raw!r}: give a number of "
+                         "seconds above 0, like 60")
+    return seconds
+
+
+def request_deadline(num_bytes: int) -> float:
+    """Seconds a GET whose body holds ``num_bytes`` may take in all."""
+    return request_timeout() + REQUEST_SECONDS_PER_MB * max(num_bytes, 0) / 1e6
 
 
 def region_decode_wanted() -> bool:

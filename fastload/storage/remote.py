@@ -12,6 +12,7 @@ from typing import Any
 
 from fastload.errors import MissingDependencyError
 from fastload.storage.location import SCHEME_PACKAGES, join, scheme_of
+from fastload.storage.ranged_get import Get, get_ranges
 from fastload.storage.retry import RetryPolicy, ShortRead
 
 MAX_IN_FLIGHT = 64
@@ -151,8 +152,12 @@ class RemoteStore:
 
         # One GET of at most limit + 1 bytes: bounded without a HEAD first (a body cut short is an
         # error of the client, retried; the manifest parse and the index digests check the rest).
-        data = self.retry.call(lambda: self.fs.cat_file(self.path(name), start=0, end=limit + 1),
-                               lambda: self.display(name))
+        def once() -> bytes:
+            body = self._get([(self.path(name), 0, limit + 1)])[0]
+            if isinstance(body, BaseException):
+                raise body
+            return body
+        data = self.retry.call(once, lambda: self.display(name))
         if len(data) > limit:
             raise too_large(len(data), limit)
         return data
@@ -180,20 +185,7 @@ class RemoteStore:
 
     def _fetch_once(self, spans: list[tuple[str, int, int]], which: list[int],
                     results: list[bytes | None]) -> dict[int, BaseException]:
-        paths = [self.path(spans[k][0]) for k in which]
-        starts = [spans[k][1] for k in which]
-        ends = [spans[k][2] for k in which]
-        fs = self.fs
-        if getattr(fs, "async_impl", False):
-            got = fs.cat_ranges(paths, starts, ends, on_error="return", batch_size=self.max_in_flight)
-        else:
-            def one(j: int) -> bytes | BaseException:
-                try:
-                    return fs.cat_file(paths[j], start=starts[j], end=ends[j])
-                except Exception as exc:  # noqa: BLE001 - returned, classified by the caller
-                    return exc
-            with ThreadPoolExecutor(min(self.max_in_flight, len(which)) or 1) as pool:
-                got = list(pool.map(one, range(len(which))))
+        got = self._get([(self.path(spans[k][0]), spans[k][1], spans[k][2]) for k in which])
         failures: dict[int, BaseException] = {}
         for k, body in zip(which, got):
             want = spans[k][2] - spans[k][1]
@@ -204,6 +196,21 @@ class RemoteStore:
             else:
                 results[k] = body
         return failures
+
+    def _get(self, gets: list[Get]) -> list[bytes | BaseException]:
+        """Each ranged GET's body, or the exception that stopped it: on an async filesystem read to
+        the bytes asked for and no further, each within its deadline (see ranged_get)."""
+        fs = self.fs
+        if getattr(fs, "async_impl", False):
+            return get_ranges(fs, gets, self.max_in_flight)
+
+        def one(get: Get) -> bytes | BaseException:
+            try:
+                return fs.cat_file(get[0], start=get[1], end=get[2])  # type: ignore[no-any-return]
+            except Exception as exc:  # noqa: BLE001 - returned, classified by the caller
+                return exc
+        with ThreadPoolExecutor(min(self.max_in_flight, len(gets)) or 1) as pool:
+            return list(pool.map(one, gets))
 
     def list_objects(self) -> list[tuple[str, int, str]]:
         """Every object under the folder: (name relative to it, size, ETag), sorted by name."""

@@ -19,7 +19,7 @@ _TRANSIENT_ERRNOS = {errno.EBUSY, errno.EREMOTEIO, errno.EAGAIN, errno.ECONNRESE
 # that none of those packages is imported here: a dropped connection, a body cut short, a timeout.
 _TRANSIENT_NAMES = {
     "ClientPayloadError", "ServerDisconnectedError", "ClientOSError", "ClientConnectionError",
-    "ServerTimeoutError", "ConnectionTimeoutError", "SocketTimeoutError", "IncompleteRead",
+    "ServerTimeoutError", "ConnectionTimeoutError", "SocketTimeoutError", "IncompleteRead", "IncompleteReadError",
     "ResponseStreamingError", "ReadTimeoutError", "ConnectTimeoutError", "EndpointConnectionError",
     "ConnectionClosedError", "HTTPClientError", "ProtocolError", "FSTimeoutError", "RemoteDisconnected",
     "ContentLengthError", "TransferEncodingError",

@@ -15,8 +15,9 @@ from email.utils import formatdate
 from types import TracebackType
 from typing import Self
 
-FAULTS = ("reset", "truncate", "503", "500", "403", "timeout")
+FAULTS = ("reset", "truncate", "503", "500", "403", "timeout", "endless", "stall")
 _PIECE = 1 << 20  # bodies move in reads of up to 1 MiB: no per-byte Python work on the hot path
+ENDLESS_CAP = 64 << 20  # an "endless" body ends here, so a client that reads it all fails, not the host
 _HEAD_LIMIT = 1 << 18  # longest request/response head accepted
 _ERRORS = {  # fault -> status, reason, S3 error code, message
     "503": (503, "Slow Down", "SlowDown", "Please reduce your request rate."),
@@ -158,6 +159,11 @@ class FaultProxy:
     ``latency`` (seconds before each request is served) and ``bandwidth`` (bytes/second per
     response body, or None) may be set at any time; ``fail_next`` queues faults (see ``FAULTS``).
     ``connections``/``upstream_connections`` count connections accepted/opened.
+
+    Faults on a response: ``truncate`` sends about half of it and closes; ``stall`` sends the head
+    (its Content-Length now larger than what follows) and half the body, then nothing until the
+    client hangs up; ``endless`` answers 200 whatever the Range asked, with no length and zeros
+    without end (up to ``ENDLESS_CAP``; ``endless_sent`` counts them).
     """
 
     def __init__(self, upstream_host: str, upstream_port: int) -> None:
@@ -166,6 +172,7 @@ class FaultProxy:
         self.bandwidth: float | None = None
         self.port = 0
         self.connections = self.upstream_connections = 0
+        self.endless_sent = 0
         self._lock = threading.Lock()
         self._pending: list[_Pending] = []
         self._requests: list[ProxyRequest] = []
@@ -320,7 +327,7 @@ class FaultProxy:
                                            [(k, v) for k, v in headers if k.lower() != "expect"]))
                 await _copy_body(c_reader, u_writer, kind, length)
                 keep_upstream, keep_client = await self._relay(
-                    u_reader, c_writer, method, fault == "truncate", client_close)
+                    u_reader, c_writer, method, fault, client_close)
                 if not keep_upstream:
                     u_writer.transport.abort()
                     upstream = None
@@ -340,7 +347,7 @@ class FaultProxy:
             if not c_writer.transport.is_closing():
                 c_writer.close()
 
-    async def _relay(self, u_reader: Reader, c_writer: Writer, method: str, truncate: bool,
+    async def _relay(self, u_reader: Reader, c_writer: Writer, method: str, fault: str | None,
                      client_close: bool) -> tuple[bool, bool]:
         """Forward one response; says whether the upstream and the client connections stay open."""
         while True:
@@ -360,8 +367,15 @@ class FaultProxy:
         headers = [(k, v) for k, v in headers if k.lower() != "connection"]
         headers += [] if keep_client else [("Connection", "close")]
         head = _build_head(" ".join(start), headers)
-        if truncate:
+        if fault == "truncate":
             await _truncated(u_reader, c_writer, head, kind, length)
+            return False, False
+        if fault == "stall":
+            await _truncated(u_reader, c_writer, head, kind, length, close=False)
+            await asyncio.Event().wait()  # until the client hangs up (or stop() cancels)
+        if fault == "endless":
+            await _copy_body(u_reader, None, kind, length)
+            await self._endless(c_writer, [(k, v) for k, v in headers if k.lower() not in _FRAMING])
             return False, False
         c_writer.write(head)
         if kind == "none":  # the body ends at the upstream's EOF
@@ -371,9 +385,26 @@ class FaultProxy:
         return keep_upstream, keep_client
 
 
+    async def _endless(self, c_writer: Writer, headers: list[tuple[str, str]]) -> None:
+        """A 200 with ``headers`` (no framing) and zeros until the client hangs up or the cap."""
+        c_writer.write(_build_head("HTTP/1.1 200 OK", [*headers, ("Connection", "close")]))
+        piece, sent = bytes(1 << 16), 0
+        while sent < ENDLESS_CAP:
+            c_writer.write(piece)
+            await c_writer.drain()
+            sent += len(piece)
+            with self._lock:
+                self.endless_sent += len(piece)
+        c_writer.close()
+
+
+_FRAMING = ("content-length", "content-range", "transfer-encoding")
+
+
 async def _truncated(u_reader: Reader, c_writer: Writer, head: bytes, kind: str,
-                     length: int) -> None:
-    """The head and about half the body, then a close; half the head when there is no body."""
+                     length: int, close: bool = True) -> None:
+    """The head and about half the body, then a close (unless not ``close``); half the head when
+    there is no body."""
     if kind == "length" and length == 0:
         c_writer.write(head[: len(head) // 2])
     elif kind == "length":
@@ -387,4 +418,5 @@ async def _truncated(u_reader: Reader, c_writer: Writer, head: bytes, kind: str,
         body = await u_reader.read()
         c_writer.write(head + body[: len(body) // 2])
     await c_writer.drain()
-    c_writer.close()
+    if close:
+        c_writer.close()

@@ -1,0 +1,115 @@
+"""Store responses are read up to the bytes asked for, each request within a deadline: a 200 with an
+endless body, a Content-Length larger than the body sent, or a slow drip end in a clear error."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from converters import pack
+from fastload.errors import RemoteReadError
+from fastload.storage.remote import RemoteStore
+from fastload.storage.retry import RetryPolicy
+from tests.conftest import make_jpeg
+from tests.remote.fault_proxy import ENDLESS_CAP, FaultProxy, ProxyRequest
+from tests.remote.s3_server import S3Server
+
+QUICK = RetryPolicy(attempts=2, base=0.01, cap=0.05)
+DATA = os.urandom(200_000)
+
+
+@pytest.fixture(autouse=True)
+def _quick_deadline(monkeypatch: pytest.MonkeyPatch, fault_proxy: FaultProxy) -> Iterator[None]:
+    """A 1 s deadline base, so a stalled request ends in about a second, not a minute; and the proxy
+    itself must stay sound."""
+    monkeypatch.setenv("FASTLOAD_REQUEST_TIMEOUT", "1")
+    yield
+    assert fault_proxy.errors == []
+
+
+@pytest.fixture
+def store(s3_server: S3Server, fault_proxy: FaultProxy, s3_bucket: str) -> RemoteStore:
+    """A folder holding ``blob`` (DATA), reached through the proxy, retried twice, quickly."""
+    s3_server.client().put_object(Bucket=s3_bucket, Key="folder/blob", Body=DATA)
+    return RemoteStore(f"s3://{s3_bucket}/folder", s3_server.storage_options(fault_proxy.url), retry=QUICK)
+
+
+def _gets(request: ProxyRequest) -> bool:
+    """A ranged GET of an object (every read asks for a range; a listing does not)."""
+    return request.method == "GET" and "range" in request.headers
+
+
+def test_an_endless_200_to_a_ranged_get_is_refused_unbuffered(store: RemoteStore, fault_proxy: FaultProxy) -> None:
+    fault_proxy.fail_next("endless", count=10, match=_gets)
+    with pytest.raises(RemoteReadError, match=r"blob bytes 1000-2999: .*HTTP 200.* where 2000 were asked for"):
+        store.read_ranges([("blob", 1000, 2000)])
+    assert fault_proxy.faults_injected["endless"] == 1  # not retried: the store would say the same
+    assert fault_proxy.endless_sent < ENDLESS_CAP  # the client hung up instead of reading on
+
+
+def test_a_whole_file_read_stops_at_its_limit_on_an_endless_body(store: RemoteStore, fault_proxy: FaultProxy) -> None:
+    fault_proxy.fail_next("endless", count=10, match=_gets)
+    with pytest.raises(RemoteReadError, match=r"folder/blob: .* where 5001 were asked for"):
+        store.read_file("blob", 5000)
+    assert fault_proxy.endless_sent < ENDLESS_CAP
+
+
+@pytest.mark.timeout(60)
+def test_a_stall_after_a_lying_content_length_is_retried_then_raised(store: RemoteStore,
+                                                                     fault_proxy: FaultProxy) -> None:
+    fault_proxy.fail_next("stall", count=10, match=_gets)
+    with pytest.raises(RemoteReadError, match=r"blob bytes 0-99999: failed 2 times \(DeadlineExceeded"):
+        store.read_ranges([("blob", 0, 100_000)])
+    assert fault_proxy.faults_injected["stall"] == 2
+
+
+@pytest.mark.timeout(60)
+def test_a_whole_file_read_that_stalls_is_retried_then_raised(store: RemoteStore, fault_proxy: FaultProxy) -> None:
+    fault_proxy.fail_next("stall", count=10, match=_gets)
+    with pytest.raises(RemoteReadError, match=r"folder/blob: failed 2 times \(DeadlineExceeded"):
+        store.read_file("blob", 10**6)
+
+
+@pytest.mark.timeout(60)
+def test_one_stall_is_retried_and_the_bytes_are_right(store: RemoteStore, fault_proxy: FaultProxy) -> None:
+    fault_proxy.fail_next("stall", count=1, match=_gets)
+    assert store.read_ranges([("blob", 500, 50_000)]) == [DATA[500:50_500]]
+    assert fault_proxy.faults_injected["stall"] == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_slow_drip_under_the_socket_timeout_still_meets_the_deadline(store: RemoteStore,
+                                                                       fault_proxy: FaultProxy) -> None:
+    # 4 KB pieces every ~0.4 s: the socket's read timeout (60 s) never fires; the deadline does
+    fault_proxy.bandwidth = 10_000
+    with pytest.raises(RemoteReadError, match=r"blob bytes 0-199999: failed 2 times \(DeadlineExceeded"):
+        store.read_ranges([("blob", 0, 200_000)])
+
+
+@pytest.fixture
+def photos(s3_server: S3Server, s3_bucket: str) -> str:
+    """Three small JPEGs under a store prefix."""
+    for i in range(3):
+        s3_server.client().put_object(Bucket=s3_bucket, Key=f"photos/c{i % 2}/{i}.jpg",
+                                      Body=make_jpeg(40, 30, seed=i))
+    return f"s3://{s3_bucket}/photos"
+
+
+def test_packing_from_a_prefix_refuses_an_endless_body(photos: str, s3_server: S3Server, fault_proxy: FaultProxy,
+                                                       tmp_path) -> None:
+    fault_proxy.fail_next("endless", count=10, match=_gets)
+    with pytest.raises(RemoteReadError, match=r"photos/c\d/\d\.jpg bytes 0-\d+: .* were asked for"):
+        pack(photos, tmp_path / "out.fl", progress=False,
+             storage_options=s3_server.storage_options(fault_proxy.url))
+    assert fault_proxy.endless_sent < ENDLESS_CAP
+
+
+@pytest.mark.timeout(120)
+def test_packing_from_a_prefix_that_stalls_ends_with_the_deadline(photos: str, s3_server: S3Server,
+                                                                  fault_proxy: FaultProxy, tmp_path) -> None:
+    fault_proxy.fail_next("stall", count=100, match=_gets)
+    with pytest.raises(RemoteReadError, match=r"photos/c\d/\d\.jpg bytes 0-\d+: failed 6 times \(DeadlineExceeded"):
+        pack(photos, tmp_path / "out.fl", progress=False,
+             storage_options=s3_server.storage_options(fault_proxy.url))
