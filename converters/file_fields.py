@@ -18,11 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
-
 from converters.checks import InvalidFile, check_image
 from converters.confine import ListRoot
 from converters.sources import Skip, SourceFile, SourceListing
+from fastload.decode_files import npy_layout
 from fastload.errors import SourceError
 from fastload.format.files import open_regular
 from fastload.format.layout import IMAGE_EXTENSIONS, MASK_MODES, record_checksum
@@ -97,19 +96,10 @@ def check_file(data: bytes, rel: str, kind: str, width: int, height: int, max_pi
 
 
 def _npy_shape(data: bytes) -> tuple[int, ...]:
-    stream = io.BytesIO(data)  # only the header is read
     try:
-        version = np.lib.format.read_magic(stream)
-        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
-                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-        if read_header is None:
-            raise ValueError(f".npy format version {version[0]}.{version[1]}; save it with numpy's default")
-        shape, _, dtype = read_header(stream)
-    except (ValueError, OSError, EOFError) as exc:
-        raise InvalidFile(f"not a .npy file numpy writes by default ({exc})") from None
-    if dtype.hasobject:
-        raise InvalidFile("a .npy of Python objects (it would need unpickling); store numbers")
-    return tuple(shape)
+        return npy_layout(data)[0]  # the header's shape, checked against the bytes present
+    except ValueError as exc:
+        raise InvalidFile(str(exc)) from None
 
 
 def attach_file_columns(listing: SourceListing, columns: tuple[str, ...], max_file_size: int | None,

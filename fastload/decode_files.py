@@ -17,6 +17,7 @@ A record that does not decode raises CorruptRecordError naming it (``on_error="s
 from __future__ import annotations
 
 import io
+import math
 import os
 import wave
 from collections.abc import Callable
@@ -31,17 +32,42 @@ FileDecode = Literal["bytes", "npy", "text", "wav", "auto"]
 TEXT_EXTENSIONS = (".txt", ".json", ".csv", ".jsonl", ".md")
 
 
-def decode_npy(data: bytes, where: str) -> torch.Tensor:
-    """A ``.npy`` file's array as a tensor (its dtype and shape)."""
+def npy_layout(data: bytes) -> tuple[tuple[int, ...], np.dtype]:
+    """A ``.npy`` file's shape and dtype from its header alone, checked against the bytes after the
+    header (a header may claim any shape in a few bytes): ValueError saying what is wrong."""
     if data[:4] == b"PK\x03\x04":
-        raise CorruptRecordError(f"{where}: is an .npz archive, not a .npy array; pack its arrays as .npy files")
+        raise ValueError("is an .npz archive, not a .npy array; pack its arrays as .npy files")
+    stream = io.BytesIO(data)  # only the header is read
     try:
+        version = np.lib.format.read_magic(stream)
+        # 3.0 differs from 2.0 only in its header's text encoding (UTF-8 field names): sizes read alike
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
+                       np.lib.format.read_array_header_2_0 if version in ((2, 0), (3, 0)) else None)
+        if read_header is None:
+            raise ValueError(f"format version {version[0]}.{version[1]}, which numpy does not write")
+        shape, _, dtype = read_header(stream)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"is not a readable .npy file ({exc or 'cut short'})") from None
+    if dtype.hasobject:
+        raise ValueError("holds Python objects (refused: fastload never unpickles)")
+    if any(n < 0 for n in shape):
+        raise ValueError(f"its header claims a negative dimension (shape {tuple(shape)}); the file is damaged")
+    needed, present = math.prod(shape) * dtype.itemsize, len(data) - stream.tell()
+    if needed > present:
+        raise ValueError(f"its header claims an array of shape {tuple(shape)} and dtype {dtype} ({needed} "
+                         f"bytes), but {present} bytes follow the header; the file is cut short or damaged")
+    return tuple(shape), dtype
+
+
+def decode_npy(data: bytes, where: str) -> torch.Tensor:
+    """A ``.npy`` file's array as a tensor (its dtype and shape), its size checked before any
+    allocation."""
+    try:
+        npy_layout(data)
         # read_array, not np.load: np.load would also open a zip or a pickle behind the bytes
         array = np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
     except ValueError as exc:
-        why = ("holds Python objects (refused: fastload never unpickles)" if "pickle" in str(exc)
-               else f"is not a readable .npy file ({exc})")
-        raise CorruptRecordError(f"{where}: {why}") from None
+        raise CorruptRecordError(f"{where}: {exc}") from None
     except (OSError, EOFError) as exc:
         raise CorruptRecordError(f"{where}: is not a readable .npy file ({exc or 'cut short'})") from None
     if not array.dtype.isnative:  # saved on a big-endian machine (">f4"): torch takes native order only
