@@ -34,8 +34,10 @@ import numpy as np
 
 from fastload.benchmark.baseline import ImageFolderBaseline
 from fastload.benchmark.stages import READS_IN_FLIGHT
+from fastload.config import MAX_FILE_SIZE, parse_size
 from fastload.errors import SourceError, SourceNotFoundError
 from fastload.format import MANIFEST_NAME, read_manifest
+from fastload.format.files import read_regular
 from fastload.storage.location import is_remote
 
 SHOW_SKIPPED = 5  # files named in the note; all of them are in the JSON report
@@ -193,11 +195,12 @@ def _leave_out_unreadable(inputs: Inputs) -> None:
 
     baseline = inputs.baseline
     assert baseline is not None
+    limit = parse_size(MAX_FILE_SIZE)
 
     def problem(path: str) -> str | None:
         try:
-            with open(path, "rb") as f:
-                check_image(f.read())
+            # bounded as the packer reads: a regular file of at most `fastload pack`'s --max-file-size
+            check_image(read_regular(path, limit))
         except InvalidFile as exc:
             return exc.reason
         except OSError as exc:
