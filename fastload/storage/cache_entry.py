@@ -83,10 +83,8 @@ class CacheEntry:
             raise ValueError(f"{self.path}: read of {length} bytes at {offset} runs past the end of "
                              f"{self.key} ({self.size} bytes)")
         files = self._current()  # held while reading: its descriptor stays open until we are done
-        missing = BlocksMissing(f"{self.path}: bytes {start}..{end} of {self.key} are not all cached; "
-                                "fetch and write the spans missing() names, then read")
         if length and 0 in files.map[start // BLOCK:(end - 1) // BLOCK + 1]:
-            raise missing
+            raise self._missing(start, end)
         try:
             data = _pread_all(files.fd, start, end, self.path)
             if time.monotonic() - self._checked > TOUCH_EVERY:
@@ -97,8 +95,12 @@ class CacheEntry:
                     _touch(self.path)
         except OSError as exc:  # a failing disk, a file cut short by hand: not cached, from now on
             self._lose(files, "read a cached shard", exc)
-            raise missing from None
+            raise self._missing(start, end) from None
         return data
+
+    def _missing(self, start: int, end: int) -> BlocksMissing:
+        return BlocksMissing(f"{self.path}: bytes {start}..{end} of {self.key} are not all cached; "
+                             "fetch and write the spans missing() names, then read")
 
     def write(self, offset: int, data: bytes | memoryview) -> bool:
         """Keep ``data`` (whole blocks from ``offset``; the last may end at the end of the file) and
