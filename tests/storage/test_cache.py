@@ -569,3 +569,10 @@ def test_a_cached_file_cut_short_is_a_warning_and_a_miss(tmp_path: Path) -> None
             pytest.raises(BlocksMissing):
         entry.read(2 * BLOCK, 10)  # the caller fetches it from the store
     assert entry.missing([(0, 10)]) == [(0, BLOCK)] and entry.write(0, content(1, 0, BLOCK)) is False
+
+
+def test_a_folder_that_cannot_be_made_is_a_warning_and_no_cache(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")  # as a read-only home would refuse it
+    with pytest.warns(CacheWarning, match=f"{tmp_path / 'file' / 'cache'}: .*could not make its folder"):
+        cache = NodeCache(tmp_path / "file" / "cache", 10 * BLOCK)
+    assert cache.limit == 0 and cache.entry(key(1), BLOCK, "ds") is None
