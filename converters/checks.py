@@ -10,7 +10,7 @@ from PIL import Image
 
 from converters.headers import JPEG_SOI, PNG_SIGNATURE, BadHeader, jpeg_header, png_header
 from fastload.config import MAX_PIXELS
-from fastload.decode import allow_in_pillow
+from fastload.decode import allow_in_pillow, over_limit
 
 MAX_SIDE = 2**31 - 1
 """Largest width or height packed: the index stores them as int32 (PNG's own limit, too)."""
@@ -45,6 +45,7 @@ def check_image(data: bytes, *, decode: bool = False, max_pixels: int = MAX_PIXE
     """
     if not data:
         raise InvalidFile("empty file (0 bytes)")
+    allow_in_pillow(max_pixels)  # max_pixels, not Pillow's process-wide default, is the limit
     img = None
     for magic, fmt, walk in _WALKERS:
         if data.startswith(magic):
@@ -55,15 +56,13 @@ def check_image(data: bytes, *, decode: bool = False, max_pixels: int = MAX_PIXE
             width, height = size.width, size.height
             break
     else:
-        allow_in_pillow(max_pixels)  # max_pixels, not Pillow's process-wide default, is the limit
         img, fmt, width, height = _open(data)
     _check_side(fmt, "width", width)
     _check_side(fmt, "height", height)
-    if width * height > max_pixels:
-        raise InvalidFile(f"image too large: {width}x{height} = {width * height} pixels exceeds the "
-                          f"limit of {max_pixels} (decompression bomb guard); pass --max-pixels to allow it")
+    _check_pixels(width, height, max_pixels)
     if decode:
         img = img or _open(data)[0]
+        _check_pixels(*img.size, max_pixels)  # what Pillow will decode, if its reading differs
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -71,6 +70,12 @@ def check_image(data: bytes, *, decode: bool = False, max_pixels: int = MAX_PIXE
         except Exception as exc:
             raise InvalidFile(f"image does not decode ({_short(exc)})") from None
     return ImageHeader(fmt, width, height)
+
+
+def _check_pixels(width: int, height: int, max_pixels: int) -> None:
+    if (why := over_limit(width, height, max_pixels)) is not None:
+        raise InvalidFile(f"image too large: {why} exceeds the limit of {max_pixels} (decompression bomb "
+                          "guard); pass --max-pixels to allow it")
 
 
 def _check_side(fmt: str, name: str, value: int) -> None:
