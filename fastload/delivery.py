@@ -85,7 +85,9 @@ class LoaderIterator(_BaseDataLoaderIter):
         transform = getattr(self._loader, "batch_transform", None)
         if transform is not None:  # counted as delivered first: if it raises, the next call goes on
             started = time.perf_counter()
-            batch = apply_batch_transform(transform, batch, self._loader.seed, progress.get("epoch"), position)
+            sampler = self._loader.epoch_sampler  # its seed: given, or drawn from torch's RNG once
+            batch = apply_batch_transform(transform, batch, sampler.seed if sampler is not None else 0,
+                                          progress.get("epoch"), position)
             waited += time.perf_counter() - started
         self._stats.record(n, nbytes, waited, skipped)
         return batch

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
+import torch
 from torch.utils.data import Sampler
 
 from fastload.sampling import rank_share, resume_order
@@ -24,13 +25,19 @@ class EpochSampler(Sampler):
 
     The order depends only on (num_samples, seed, epoch, rank, world_size, drop_last), never on
     ``num_workers``; ``keyed=True`` yields :class:`SampleKey` so augmentations are fixed too.
+    ``seed=None``: the seed is drawn once, when first needed (the first iteration), from
+    ``generator`` or else torch's global RNG, as torch's ``RandomSampler`` draws its own: so
+    ``torch.manual_seed`` and ``generator=`` decide the order, as they do torch's.
     """
 
-    def __init__(self, num_samples: int, *, shuffle: bool, seed: int = 0, rank: int = 0,
-                 world_size: int = 1, drop_last: bool = False, keyed: bool = False) -> None:
-        if not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed={seed!r}: must be a non-negative integer")
-        self.num_samples, self.shuffle, self.seed = num_samples, shuffle, seed
+    def __init__(self, num_samples: int, *, shuffle: bool, seed: int | None = 0, rank: int = 0,
+                 world_size: int = 1, drop_last: bool = False, keyed: bool = False,
+                 generator: torch.Generator | None = None) -> None:
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+            raise ValueError(f"seed={seed!r}: must be a non-negative integer (or None: drawn from torch's RNG)")
+        self.num_samples, self.shuffle = num_samples, shuffle
+        self._seed, self.generator = seed, generator
+        self.seed_given = seed is not None  # else drawn: a resume takes the saved run's instead
         self.rank, self.world_size, self.drop_last, self.keyed = rank, world_size, drop_last, keyed
         self.epoch = 0
         self.start = 0  # samples of this epoch's share already delivered (resume position)
@@ -38,8 +45,21 @@ class EpochSampler(Sampler):
         self.running: dict | None = None  # the loader's progress of the iteration it began last
         self._started = False  # an iteration has begun: the next one moves to the next epoch
         self._pinned = False  # set_epoch/resume chose the next iteration's epoch explicitly
-        rank_share(0, seed=seed, epoch=0, shuffle=shuffle, rank=rank, world_size=world_size,
+        rank_share(0, seed=0, epoch=0, shuffle=shuffle, rank=rank, world_size=world_size,
                    drop_last=drop_last)  # validates rank and world_size now, not at the first batch
+
+    @property
+    def seed(self) -> int:
+        """The seed of every epoch's order (drawn now if it was left to torch's RNG and not drawn yet)."""
+        if self._seed is None:
+            # RandomSampler's own draw: one int64 from the generator, or from torch's global RNG
+            drawn = int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
+            self._seed = drawn & (2**63 - 1)
+        return self._seed
+
+    @seed.setter
+    def seed(self, value: int) -> None:
+        self._seed = int(value)
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch of the next iteration (and restart it from its beginning).

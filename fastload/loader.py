@@ -45,7 +45,10 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         device: deliver batches on this device (``"cuda"``: pinned, non-blocking copies on a side
             stream, one batch ahead). Without CUDA, batches stay on the CPU (said once).
         mean, std: normalise uint8 image batches to float32 ``(x/255 - mean) / std`` on ``device``.
-        seed: shuffle and augmentation seed of the EpochSampler (the same on every rank).
+        seed: shuffle and augmentation seed of the EpochSampler. None (the default): drawn at the
+            first iteration from ``generator``, else from torch's global RNG (so ``generator=`` and
+            ``torch.manual_seed`` decide the order, as they do torch's); under ``torch.distributed``
+            with neither, 0, as ``DistributedSampler``'s default, so that every rank has the same.
         distributed: shard across ``torch.distributed`` ranks: None = PackedDataset loaders when a
             process group is initialised; True = any dataset (needs a process group); False = never.
         backend: ``"torch"`` (torch's iterator) or ``"dali"``: a PackedDataset's built-in image
@@ -66,7 +69,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                  *, prefetch_factor: int | None | Auto = "auto", persistent_workers: bool = False,
                  pin_memory_device: str = "", in_order: bool = True,
                  device: str | torch.device | None = None, mean: Sequence[float] | None = None,
-                 std: Sequence[float] | None = None, seed: int = 0, distributed: bool | None = None,
+                 std: Sequence[float] | None = None, seed: int | None = None, distributed: bool | None = None,
                  backend: Literal["torch", "dali"] = "torch",
                  batch_transform: BatchTransform | None = None) -> None:
         if batch_transform is not None and not callable(batch_transform):
@@ -93,9 +96,11 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             dataset, batch_size, shuffle, sampler, batch_sampler, drop_last)
         if sampler is None and batch_sampler is None and _wants_epoch_sampler(dataset, distributed):
             rank, world_size = _rank_and_world(distributed)
+            if seed is None and generator is None and world_size > 1:
+                seed = 0  # ranks must share one order: DistributedSampler's default seed
             sampler = EpochSampler(len(dataset), shuffle=bool(shuffle), seed=seed, rank=rank,  # type: ignore[arg-type]
                                    world_size=world_size, drop_last=drop_last,
-                                   keyed=uses_builtin_pipeline(dataset))
+                                   keyed=uses_builtin_pipeline(dataset), generator=generator)
             shuffle = None
         self.settings: LoaderSettings = resolve_settings(
             dataset, batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
@@ -211,6 +216,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                 self._index_sampler.load(state)
             self._progress = {}
             return
+        if "seed" in state and not sampler.seed_given:
+            sampler.seed = state["seed"]  # drawn from torch's RNG when saved: resume that run's order
         for name in ("seed", "num_samples", "shuffle", "drop_last"):
             if name in state and state[name] != getattr(sampler, name):
                 raise ValueError(f"load_state_dict: the state has {name}={state[name]!r} but this loader "

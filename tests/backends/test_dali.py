@@ -80,6 +80,7 @@ def make(path: Path, backend: str, *, train: bool = True, device: str = "cpu", *
     ds = fastload.PackedDataset(path, image_size=SIZE, train=train)
     kwargs.setdefault("batch_size", BATCH)
     kwargs.setdefault("shuffle", True)
+    kwargs.setdefault("seed", 0)  # the same order for every loader made here (None: drawn from torch's RNG)
     return fastload.DataLoader(ds, backend=backend, device=device, **kwargs)
 
 

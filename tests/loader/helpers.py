@@ -240,6 +240,7 @@ def ddp_rank(rank: int, world_size: int, init_file: str, dataset: str, out: str)
         return [[batch[1].tolist() for batch in loader] for _ in range(epochs)]
 
     result: dict[str, object] = {}
+    torch.manual_seed(100 + rank)  # ranks seeded apart (seed + rank, as some scripts do): orders stay in step
     try:
         dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
         packed = fastload.PackedDataset(dataset, image_size=16, train=True)

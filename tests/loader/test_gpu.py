@@ -19,7 +19,7 @@ MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 def packed_loader(path, **kwargs) -> fastload.DataLoader:
     ds = fastload.PackedDataset(path, image_size=32, train=True)
-    return fastload.DataLoader(ds, batch_size=8, shuffle=True, **kwargs)
+    return fastload.DataLoader(ds, batch_size=8, shuffle=True, **{"seed": 0, **kwargs})  # one order for every loader
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

@@ -177,7 +177,7 @@ def test_handles_opened_before_the_workers_fork_are_not_reused(id_packed, storag
     ds = fastload.PackedDataset(path, image_size=32, train=True)
     ids_and_pixels(fastload.DataLoader(ds, batch_size=BATCH, num_workers=0))  # handles open here
     for _ in range(2):  # and twice, so the second set of workers forks from a parent that forked
-        got = ids_and_pixels(fastload.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=2))
+        got = ids_and_pixels(fastload.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=2, seed=0))
         assert got[0] == expected[0] and same_pixels(got[1], expected[1])
 
 
@@ -185,7 +185,7 @@ def test_spawned_workers_give_the_same_order_and_crops(id_packed):
     path = id_packed("lmdb")
     expected = ids_and_pixels(make_loader(path, 0))
     ds = fastload.PackedDataset(path, image_size=32, train=True)
-    loader = fastload.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=2,
+    loader = fastload.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=2, seed=0,
                                  multiprocessing_context="spawn")
     got = ids_and_pixels(loader)
     assert got[0] == expected[0] and same_pixels(got[1], expected[1])
@@ -207,7 +207,7 @@ def test_persistent_workers_follow_the_epochs(id_packed):
     reference = make_loader(path, 0)
     expected = [ids_and_pixels(reference) for _ in range(3)]
     ds = fastload.PackedDataset(path, image_size=32, train=True)
-    loader = fastload.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=2, persistent_workers=True)
+    loader = fastload.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=2, seed=0, persistent_workers=True)
     for want in expected:
         got = ids_and_pixels(loader)
         assert got[0] == want[0] and same_pixels(got[1], want[1])

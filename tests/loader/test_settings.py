@@ -168,8 +168,9 @@ def test_cuda_without_cuda_warns_once_and_delivers_on_cpu(id_packed, monkeypatch
 def test_mean_std_normalisation(id_packed, num_workers):
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
     ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32, train=True)
-    plain = fastload.DataLoader(ds, batch_size=8, shuffle=True, num_workers=num_workers)
-    normed = fastload.DataLoader(ds, batch_size=8, shuffle=True, num_workers=num_workers, mean=mean, std=std)
+    plain = fastload.DataLoader(ds, batch_size=8, shuffle=True, num_workers=num_workers, seed=0)
+    normed = fastload.DataLoader(ds, batch_size=8, shuffle=True, num_workers=num_workers, mean=mean, std=std,
+                                 seed=0)
     raw_ids, raw = ids_and_pixels(plain)
     ids, got = ids_and_pixels(normed)
     assert ids == raw_ids  # same order and crops: only the normalisation differs
