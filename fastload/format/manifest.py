@@ -106,8 +106,27 @@ def _safe_name(name: str, where: str) -> str:
     return name
 
 
+MAX_EMPTY_CLASSES = 2**16
+"""Class names a manifest may hold beyond its record count (a class folder may be empty)."""
+
+
+def _in_proportion(text: str, where: str) -> None:
+    """Refuse JSON out of proportion to a manifest before json.loads builds it: in one, each object
+    or array is a shard's or an index column's entry (over 100 bytes) and each string a key, name,
+    digest or path; a flood of ``[]`` (64 bytes of memory per 3 of text) or of one-letter strings
+    would make a manifest under MAX_MANIFEST_BYTES cost gigabytes. Counted at C speed; under 1 MiB
+    any JSON costs less than 100 MB."""
+    if len(text) < 2**20:
+        return
+    containers, strings = text.count("{") + text.count("["), text.count('"') // 2
+    _require(containers <= len(text) // 32 and strings <= len(text) // 6, where,
+             f"{containers} JSON objects and arrays and {strings} strings in {len(text)} characters, out "
+             "of all proportion to a manifest's (a shard's entry is one object of some 150 characters)")
+
+
 def parse_manifest(text: str, where: str) -> Manifest:
     """Validate and parse manifest JSON; anything unexpected raises ManifestError naming ``where``."""
+    _in_proportion(text, where)
     try:
         raw = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
@@ -129,6 +148,9 @@ def parse_manifest(text: str, where: str) -> Manifest:
     classes = raw.get("classes")
     _require(classes is None or (isinstance(classes, list) and all(isinstance(c, str) for c in classes)),
              where, "classes must be a list of strings or null")
+    _require(classes is None or len(classes) <= num_records + MAX_EMPTY_CLASSES, where,
+             f"{len(classes or ())} class names for {num_records} records, more than {MAX_EMPTY_CLASSES} "
+             "classes without a record")
 
     shards_raw = raw.get("shards")
     _require(isinstance(shards_raw, list), where, "shards must be a list")
