@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -132,6 +133,7 @@ class PackedDataset(torch.utils.data.Dataset):
             raise ValueError(f"decode_threads={decode_threads}: must be at least 1")
         self.decode_threads = decode_threads
         self._decoder: ThreadDecoder | None = None
+        self._records: np.ndarray | None = None  # a subset's record numbers (see subset), else every record
         self._open()
         if self.pipeline is not None and self.manifest.kind != "images":
             raise ValueError(f"{self.root}: holds files that are not all images; the built-in "
@@ -199,7 +201,46 @@ class PackedDataset(torch.utils.data.Dataset):
             self._fields.index, self._fields.reader = self.index, self.reader
 
     def __len__(self) -> int:
-        return self.manifest.num_records
+        return self.manifest.num_records if self._records is None else len(self._records)
+
+    def subset(self, indices: Sequence[int] | np.ndarray | torch.Tensor) -> PackedDataset:
+        """The samples ``indices`` of this dataset, as a PackedDataset of their own (sample ``k``
+        of the subset is sample ``indices[k]`` here): same settings, same open files, and the
+        fast path a DataLoader gives a PackedDataset (batched reads, decode threads, the epoch
+        sampler, resume). ``torch.utils.data.Subset`` of a PackedDataset becomes one in the loader."""
+        wanted = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = len(self)
+        if len(wanted) and (wanted.min() < -n or wanted.max() >= n):
+            bad = int(wanted[(wanted < -n) | (wanted >= n)][0])
+            raise IndexError(f"subset: index {bad} is out of range for {self!r}")
+        wanted = np.where(wanted < 0, wanted + n, wanted)
+        view = copy.copy(self)
+        view._records = wanted if self._records is None else self._records[wanted]
+        view._records.setflags(write=False)
+        view.skipped, view._warned_shards = 0, set()
+        return view
+
+    def split(self, lengths: Sequence[int | float], *, seed: int = 0) -> list[PackedDataset]:
+        """Disjoint random subsets (see :meth:`subset`) of the given lengths, or fractions summing
+        to 1, as ``torch.utils.data.random_split`` cuts them; the same ``seed``, the same split."""
+        n = len(self)
+        if lengths and all(isinstance(x, float) for x in lengths) and abs(sum(lengths) - 1) < 1e-9:
+            counts = [int(n * x) for x in lengths]
+            for k in range(n - sum(counts)):  # the remainder, one each round-robin, as torch does
+                counts[k % len(counts)] += 1
+        else:
+            counts = [int(x) for x in lengths]
+        if sum(counts) != n or any(c < 0 for c in counts):
+            raise ValueError(f"split: lengths {list(lengths)} must be counts summing to {n} (the dataset's "
+                             "length) or fractions summing to 1")
+        order = np.random.default_rng(seed).permutation(n)
+        ends = np.cumsum(counts)
+        return [self.subset(order[end - count:end]) for count, end in zip(counts, ends)]
+
+    @property
+    def record_sizes(self) -> np.ndarray:
+        """Each sample's stored payload bytes (int64), in this dataset's (or subset's) order."""
+        return self.index.size if self._records is None else self.index.size[self._records]
 
     def fill_cache(self) -> None:
         """For a dataset in an object store with a node cache: fetch its shards into the cache in
@@ -219,14 +260,16 @@ class PackedDataset(torch.utils.data.Dataset):
 
     @property
     def targets(self) -> np.ndarray:
-        """Every record's label as a read-only int64 array (-1 where unlabeled)."""
-        return self.index.label
+        """Every sample's label as a read-only int64 array (-1 where unlabeled)."""
+        return self.index.label if self._records is None else self.index.label[self._records]
 
     def _check(self, i: int) -> int:
+        """The record number of sample ``i`` (a subset's own numbering mapped to the records)."""
         n = len(self)
         if not -n <= i < n:
             raise IndexError(f"record index {i} is out of range for a dataset of {n} records")
-        return i + n if i < 0 else int(i)
+        i = i + n if i < 0 else int(i)
+        return i if self._records is None else int(self._records[i])
 
     def record(self, i: int) -> dict[str, Any]:
         """The stored record: ``data`` (bytes), ``label``, ``path``, ``width``, ``height`` and extra fields."""

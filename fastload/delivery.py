@@ -42,7 +42,7 @@ class LoaderIterator(_BaseDataLoaderIter):
         noted = _NotingSkips(source, self._skips)
         # The DALI tail delivers on the device, normalised, already.
         self._batches: Iterator[Any] = noted if on_device else DeviceFeed(noted, device, normalizer)
-        self._sizes = getattr(getattr(loader.dataset, "index", None), "size", None)
+        self._sizes = getattr(loader.dataset, "record_sizes", None)  # a PackedDataset's (or subset's)
         self._num_yielded = 0
 
     def __getattr__(self, name: str) -> Any:

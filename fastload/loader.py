@@ -81,6 +81,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             raise ValueError("backend='dali' delivers (images, labels) batches; the dataset's fields= (dict "
                              "samples) need backend='torch'")
         self.batch_transform = batch_transform
+        dataset = _packed_subset(dataset)
         tail = backend_class(backend)
         self.backend = backend
         self.shuffle = shuffle
@@ -260,6 +261,23 @@ def _rebuilt_arguments(dataset: Any, batch_size: int | None, shuffle: bool | Non
                     or (type(sampler) is data.RandomSampler and sampler.data_source is dataset)):
         shuffle = None  # the sampler shuffle=True made (or ours, which shuffles by itself)
     return batch_size, shuffle, sampler, batch_sampler
+
+
+def _packed_subset(dataset: Any) -> Any:
+    """A ``torch.utils.data.Subset`` (a ``random_split`` part, or a Subset of one) of a
+    PackedDataset, as the PackedDataset subset it is: the same samples, with the fast path kept."""
+    chain = []
+    inner = dataset
+    while isinstance(inner, torch.utils.data.Subset):
+        chain.append(inner.indices)
+        inner = inner.dataset
+    from fastload.dataset import PackedDataset
+
+    if not chain or not isinstance(inner, PackedDataset):
+        return dataset
+    for indices in reversed(chain):  # innermost first: each Subset numbers the samples of the one it wraps
+        inner = inner.subset(indices)
+    return inner
 
 
 def _wants_epoch_sampler(dataset: Any, distributed: bool | None) -> bool:
