@@ -54,6 +54,11 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         backend: ``"torch"`` (torch's iterator) or ``"dali"``: a PackedDataset's built-in image
             pipeline run by NVIDIA DALI (GPU decode with ``device="cuda"``, CPU operators
             otherwise), in the same order, with the same batches, state and stats.
+        mode: where batches are made: ``"main"`` (this process, as torch's ``num_workers=0``),
+            ``"threads"`` (a background thread and a decode thread pool, 0 worker processes),
+            ``"processes"`` (``num_workers`` worker processes), or ``"auto"``: from ``num_workers``
+            when it is given (0: main, as torch's), else chosen in ``loader.settings``. What
+            ``fastload.tune`` finds is passed back as ``DataLoader(ds, **settings.as_kwargs())``.
         batch_transform: ``fn(batch, generator) -> batch`` on each delivered ``(images, labels)``
             batch, on ``device``, after ``mean``/``std`` (GPU augmentations: mixup, cutmix, colour
             jitter as torch ops; see :mod:`fastload.augment`); ``generator`` is a
@@ -71,7 +76,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                  device: str | torch.device | None = None, mean: Sequence[float] | None = None,
                  std: Sequence[float] | None = None, seed: int | None = None, distributed: bool | None = None,
                  backend: Literal["torch", "dali"] = "torch",
-                 batch_transform: BatchTransform | None = None) -> None:
+                 batch_transform: BatchTransform | None = None,
+                 mode: Literal["auto", "main", "threads", "processes"] = "auto") -> None:
         if batch_transform is not None and not callable(batch_transform):
             raise TypeError(f"batch_transform={batch_transform!r}: must be a callable (batch, generator) -> batch")
         if backend == "dali" and getattr(dataset, "sample_transform", None) is not None:
@@ -105,7 +111,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             shuffle = None
         self.settings: LoaderSettings = resolve_settings(
             dataset, batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
-            pin_memory=pin_memory, device=self._device, timeout=timeout)
+            pin_memory=pin_memory, device=self._device, timeout=timeout, mode=mode)
+        self.mode = self.settings.mode  # what a loader rebuilt from its attributes (Lightning) is given back
         batching = batch_size is not None or batch_sampler is not None
         if collate_fn is None and batching and uses_builtin_pipeline(dataset):
             collate_fn = collate_images  # unbatched, torch converts each sample: keep its default

@@ -40,7 +40,13 @@ class LoaderSettings:
                  f"prefetch_factor={self.prefetch_factor}, pin_memory={self.pin_memory}"
                  + (f", prefetch_batches={self.prefetch_batches})" if self.mode == "threads" else ")")]
         lines += [f"  {name}: {why}" for name, why in self.reasons.items()]
+        lines.append(f"  to use them: fastload.DataLoader(..., {', '.join(f'{k}={v!r}' for k, v in self.as_kwargs().items())})")
         return "\n".join(lines)
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """These settings as DataLoader arguments: ``DataLoader(ds, **settings.as_kwargs())`` runs with them."""
+        return {"mode": self.mode, "num_workers": self.num_workers, "prefetch_factor": self.prefetch_factor,
+                "pin_memory": self.pin_memory}
 
 
 def uses_builtin_pipeline(dataset: Dataset) -> bool:
@@ -51,14 +57,17 @@ def uses_builtin_pipeline(dataset: Dataset) -> bool:
 
 def resolve_settings(dataset: Dataset, *, batch_size: int | None, num_workers: int | str,
                      prefetch_factor: int | None | str, pin_memory: bool | str,
-                     device: torch.device | None, timeout: float = 0) -> LoaderSettings:
+                     device: torch.device | None, timeout: float = 0,
+                     mode: Mode | Literal["auto"] = "auto") -> LoaderSettings:
     """Every "auto" argument resolved here and nowhere else; explicit values are kept as given."""
     reasons: dict[str, str] = {}
     cores = available_cpus()
     cuda = torch.cuda.is_available()
-    mode: Mode
     override = env_int("FASTLOAD_NUM_WORKERS")
-    if num_workers != "auto":
+    if mode != "auto":
+        workers = _workers_for(mode, num_workers, cores)
+        reasons["num_workers"] = f"{workers}: mode={mode!r} was given"
+    elif num_workers != "auto":
         workers = num_workers  # type: ignore[assignment]  (torch validates it, with its own messages)
         mode = "processes" if isinstance(workers, int) and workers > 0 else "main"
         reasons["num_workers"] = "given"
@@ -96,6 +105,22 @@ def resolve_settings(dataset: Dataset, *, batch_size: int | None, num_workers: i
         reasons["pin_memory"] = "given"
     return LoaderSettings(num_workers=workers, prefetch_factor=prefetch, pin_memory=pin, mode=mode,
                           prefetch_batches=2 if mode == "threads" else 0, reasons=reasons)
+
+
+def _workers_for(mode: str, num_workers: int | str, cores: int) -> int:
+    """The worker processes of an explicit ``mode``; a num_workers that contradicts it is refused."""
+    if mode not in ("main", "threads", "processes"):
+        raise ValueError(f"mode={mode!r}: choose 'auto', 'main', 'threads' or 'processes'")
+    if mode == "processes":
+        if num_workers == "auto":
+            return min(cores, 8)
+        if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
+            raise ValueError(f"mode='processes' needs num_workers >= 1 (or 'auto'), not {num_workers!r}")
+        return num_workers
+    if num_workers not in ("auto", 0) or isinstance(num_workers, bool):
+        raise ValueError(f"mode={mode!r} decodes in this process: num_workers must be 0 or 'auto', "
+                         f"not {num_workers!r} (or pass mode='processes')")
+    return 0
 
 
 def tune(dataset: Dataset, *, batch_size: int, batches: int = 6, candidates: list[dict[str, Any]] | None = None,

@@ -235,10 +235,36 @@ def test_tune_returns_settings_with_the_measured_grid(id_packed):
     assert f"{best.mode}/{best.num_workers}w/pf{best.prefetch_factor}" in table
     for name in ARGUMENTS:  # the winner keeps its own reasons too
         assert best.reasons[name]
-    # Its values make a working loader.
-    loader = fastload.DataLoader(ds, batch_size=4, num_workers=best.num_workers,
-                                 prefetch_factor=best.prefetch_factor)
+    # Its values make a working loader that runs with them.
+    loader = fastload.DataLoader(ds, batch_size=4, **best.as_kwargs())
+    assert (loader.settings.mode, loader.settings.num_workers) == (best.mode, best.num_workers)
     assert sorted(ids_and_pixels(loader)[0]) == list(range(ID_RECORDS))
+    assert "to use them: fastload.DataLoader(..., mode=" in str(best)
+
+
+@pytest.mark.parametrize("mode", ["main", "threads", "processes"])
+def test_every_mode_can_be_asked_for_and_survives_a_rebuild_from_attributes(id_packed, mode):
+    """What tune reports can be passed back, and Lightning, which rebuilds a loader from its
+    attributes, gets the same mode: threads with num_workers=0 is no longer main."""
+    from .test_rebuild import rebuild_like_lightning
+
+    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32)
+    loader = fastload.DataLoader(ds, batch_size=4, mode=mode, num_workers=2 if mode == "processes" else 0)
+    rebuilt = rebuild_like_lightning(loader, loader.sampler)
+    assert loader.settings.mode == rebuilt.settings.mode == mode
+    assert loader.num_workers == rebuilt.num_workers == (2 if mode == "processes" else 0)
+    assert sorted(ids_and_pixels(rebuilt)[0]) == list(range(ID_RECORDS))
+
+
+def test_num_workers_0_alone_keeps_torchs_meaning_and_contradictions_are_refused(id_packed):
+    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32)
+    assert fastload.DataLoader(ds, num_workers=0).settings.mode == "main"
+    with pytest.raises(ValueError, match="mode='threads' decodes in this process: num_workers must be 0"):
+        fastload.DataLoader(ds, mode="threads", num_workers=2)
+    with pytest.raises(ValueError, match="mode='processes' needs num_workers >= 1"):
+        fastload.DataLoader(ds, mode="processes", num_workers=0)
+    with pytest.raises(ValueError, match="mode='gpu': choose"):
+        fastload.DataLoader(ds, mode="gpu")
 
 
 def test_tune_with_given_candidates():
