@@ -31,7 +31,12 @@ class PackedDataset(torch.utils.data.Dataset):
 
     Args:
         path: the packed dataset directory (the one holding ``manifest.json``).
-        transform: applied to the PIL image, as in torchvision's ImageFolder (the slow, general path).
+        transform: without ``image_size``, applied to the PIL image, as in torchvision's ImageFolder
+            (the slow, general path). With ``image_size``, a tensor transform ``fn(image) -> tensor``
+            applied to each sample after the built-in decode and crop (``image``: uint8 3×H×W), in
+            the decode threads or workers; the batch stacks what it returns (any dtype, one shape
+            for every sample). It draws from torch's RNG as your transforms do anywhere; for draws
+            that repeat across workers and resumes use ``sample_transform``.
         target_transform: applied to the label.
         image_size: turns on the built-in image pipeline: samples are ``uint8`` ``3×H×W`` tensors.
         train: built-in pipeline mode: RandomResizedCrop + flip (True) or resize + centre crop (False).
@@ -116,9 +121,8 @@ class PackedDataset(torch.utils.data.Dataset):
                       if self.location.store is not None else None)
         self.transform = transform
         self.target_transform = target_transform
-        if image_size is not None and transform is not None:
-            raise ValueError("pass either transform= (a PIL callable) or image_size= (the built-in "
-                             "pipeline), not both")
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform={transform!r}: must be a callable")
         self.pipeline = (ImagePipeline(image_size, train, scale, ratio, resize_ratio)
                          if image_size is not None else None)
         if sample_transform is not None and self.pipeline is None:
@@ -371,7 +375,8 @@ class PackedDataset(torch.utils.data.Dataset):
         batch = decode_batch(pipeline, read, parsed, self.index.width[indices],
                              self.index.height[indices], self.index.label[indices],
                              self.decoder, self.reader.where, max_pixels=self.max_pixels,
-                             failed=undecoded, sample_transform=self.sample_transform, values=values)
+                             failed=undecoded, sample_transform=self.sample_transform, values=values,
+                             tensor_transform=self.transform)
         if failed is not None and undecoded:
             # in the batch's order, not the order the decode threads met them: the first is warned of
             failed.update((indices[k], exc) for k, exc in sorted(undecoded.items()))

@@ -23,7 +23,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 from fastload.collate import skipped_in
 from fastload.prefetch import ThreadPrefetcher
 from fastload.stats import LoaderStats
-from fastload.transfer import DeviceFeed, Normalizer
+from fastload.transfer import DeviceFeed, ImageLayout, Normalizer
 from fastload.tuning import batch_size_of
 from fastload.user_transforms import apply_batch_transform
 
@@ -34,7 +34,7 @@ class LoaderIterator(_BaseDataLoaderIter):
 
     def __init__(self, loader: Any, inner: Any, source: Iterator[Any], progress: dict[str, Any],
                  stats: LoaderStats, device: Any, normalizer: Normalizer | None, *,
-                 on_device: bool, workers: bool) -> None:
+                 on_device: bool, workers: bool, layout: ImageLayout | None = None) -> None:
         # torch's __init__ is not run: ``inner`` already is torch's iterator, with its own state.
         self._loader, self._inner, self._source = loader, inner, source
         self._progress, self._stats, self._workers_died_named = progress, stats, workers
@@ -42,6 +42,8 @@ class LoaderIterator(_BaseDataLoaderIter):
         noted = _NotingSkips(source, self._skips)
         # The DALI tail delivers on the device, normalised, already.
         self._batches: Iterator[Any] = noted if on_device else DeviceFeed(noted, device, normalizer)
+        if layout is not None:  # the dtype and memory format asked for, on the device, after mean/std
+            self._batches = map(layout, self._batches)
         self._sizes = getattr(loader.dataset, "record_sizes", None)  # a PackedDataset's (or subset's)
         self._num_yielded = 0
 

@@ -17,7 +17,7 @@ from fastload.epoch_sampler import EpochSampler
 from fastload.prefetch import ThreadPrefetcher
 from fastload.resume import ResumableSampler, iterable_state, load_iterable_state
 from fastload.stats import LoaderStats
-from fastload.transfer import Normalizer, resolve_device
+from fastload.transfer import ImageLayout, Normalizer, resolve_device
 from fastload.tuning import LoaderSettings, resolve_settings, uses_builtin_pipeline
 from fastload.user_transforms import BatchTransform
 
@@ -54,6 +54,10 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         backend: ``"torch"`` (torch's iterator) or ``"dali"``: a PackedDataset's built-in image
             pipeline run by NVIDIA DALI (GPU decode with ``device="cuda"``, CPU operators
             otherwise), in the same order, with the same batches, state and stats.
+        dtype: what normalised images are delivered as (``torch.float16``/``bfloat16``: half the
+            bytes for mixed precision), cast on ``device`` after ``mean``/``std``; needs them.
+        memory_format: ``torch.channels_last`` delivers images NHWC in memory (the layout
+            convolutions with tensor cores want), on ``device``; the shape stays N×C×H×W.
         mode: where batches are made: ``"main"`` (this process, as torch's ``num_workers=0``),
             ``"threads"`` (a background thread and a decode thread pool, 0 worker processes),
             ``"processes"`` (``num_workers`` worker processes), or ``"auto"``: from ``num_workers``
@@ -77,7 +81,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                  std: Sequence[float] | None = None, seed: int | None = None, distributed: bool | None = None,
                  backend: Literal["torch", "dali"] = "torch",
                  batch_transform: BatchTransform | None = None,
-                 mode: Literal["auto", "main", "threads", "processes"] = "auto") -> None:
+                 mode: Literal["auto", "main", "threads", "processes"] = "auto",
+                 dtype: torch.dtype | None = None,
+                 memory_format: torch.memory_format = torch.contiguous_format) -> None:
         if batch_transform is not None and not callable(batch_transform):
             raise TypeError(f"batch_transform={batch_transform!r}: must be a callable (batch, generator) -> batch")
         if backend == "dali" and getattr(dataset, "sample_transform", None) is not None:
@@ -97,7 +103,13 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self.distributed = distributed
         if (mean is None) != (std is None):
             raise ValueError("pass mean and std together (or neither)")
+        if mean is not None and uses_builtin_pipeline(dataset) and getattr(dataset, "transform", None) is not None:
+            raise ValueError("mean/std normalise the built-in pipeline's uint8 images, and the dataset's transform= "
+                             "may return anything: normalise in the transform, or drop it")
         self._normalizer = Normalizer(mean, std, _image_place(dataset)) if mean is not None else None
+        self.dtype, self.memory_format = dtype, memory_format
+        self._layout = (ImageLayout(dtype, memory_format, _image_place(dataset), normalised=mean is not None)
+                        if dtype is not None or memory_format != torch.contiguous_format else None)
         self._device = resolve_device(device)
         batch_size, shuffle, sampler, batch_sampler = _rebuilt_arguments(
             dataset, batch_size, shuffle, sampler, batch_sampler, drop_last)
@@ -173,7 +185,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             if self.settings.mode == "threads":
                 source = ThreadPrefetcher(source, self.settings.prefetch_batches)
         return LoaderIterator(self, inner, source, progress, self._stats, self._device, self._normalizer,
-                              on_device=self._tail is not None, workers=self.num_workers > 0)
+                              on_device=self._tail is not None, workers=self.num_workers > 0, layout=self._layout)
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch of the next iteration (forwarded to the sampler if it has set_epoch)."""

@@ -17,7 +17,9 @@ from fastload.decode import MAX_PIXELS, decode_crop, image_size
 from fastload.errors import CorruptRecordError
 from fastload.sampling import rewound_rng
 from fastload.transforms import CropPlan, EvalCrop, TrainCrop
-from fastload.user_transforms import SampleTransform, apply_sample_transform
+from fastload.user_transforms import (
+    SampleTransform, apply_sample_transform, apply_tensor_transform, stack_transformed,
+)
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,8 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
                  max_pixels: int = MAX_PIXELS,
                  failed: dict[int, CorruptRecordError] | None = None,
                  sample_transform: SampleTransform | None = None,
-                 values: Callable[[int, CropPlan, str], dict[str, Any]] | None = None) -> ImageBatch:
+                 values: Callable[[int, CropPlan, str], dict[str, Any]] | None = None,
+                 tensor_transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> ImageBatch:
     """Read (``read(record index)``) and decode records ``keys`` into one preallocated
     ``N×3×H×W`` uint8 batch.
 
@@ -122,12 +125,15 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
     thread (see :mod:`fastload.user_transforms`). ``values(index, plan, where)``: a sample's
     other fields (masks and boxes through its crop ``plan``), computed in the same thread, given
     to ``sample_transform`` with the image, and kept in the batch's ``samples``.
+    ``tensor_transform(image) -> tensor`` runs last on each sample, in its thread; the batch's
+    images are then what it returned, stacked.
     """
     out_h, out_w = pipeline.out_size
     images = new_image_batch(len(keys), out_h, out_w)
     if sample_transform is not None:
         labels = np.array(labels, dtype=np.int64)  # a transform may change a sample's label
     samples: list[dict[str, Any]] = [{} for _ in keys]
+    transformed: list[torch.Tensor | None] = [None] * len(keys)
 
     def one(k: int) -> None:
         index = keys[k][0]
@@ -144,6 +150,8 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
             if sample_transform is not None:
                 labels[k] = apply_sample_transform(sample_transform, images[k], keys[k], int(labels[k]), at,
                                                    samples[k])
+            if tensor_transform is not None:
+                transformed[k] = apply_tensor_transform(tensor_transform, images[k], at)
         except CorruptRecordError as exc:
             if failed is None:
                 raise
@@ -158,6 +166,10 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
         torch.index_select(images, 0, keep, out=kept)
         images, labels_t = kept, labels_t[keep]
         samples = [sample for k, sample in enumerate(samples) if k not in failed]
+        transformed = [t for k, t in enumerate(transformed) if k not in failed]
+    if tensor_transform is not None:
+        kept_keys = [key for k, key in enumerate(keys) if not failed or k not in failed]
+        images = stack_transformed(transformed, lambda j: where(kept_keys[j][0]), out_h, out_w)
     batch = ImageBatch(images, labels_t)
     batch.samples = samples
     return batch

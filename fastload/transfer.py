@@ -51,22 +51,53 @@ class Normalizer:
         self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __call__(self, batch: Any) -> Any:
-        """Normalise the batch's images when they are a uint8 image tensor: its first element, or
-        its ``image_at``-th (a dict batch: its ``"image"``); the rest unchanged."""
-        if isinstance(batch, dict) and isinstance(batch.get("image"), torch.Tensor):
-            return {**batch, "image": self((batch["image"],))[0]}  # (a skip count was read before)
-        if self.image_at and isinstance(batch, tuple) and len(batch) > self.image_at:
-            at = self.image_at
-            return (*batch[:at], self((batch[at],))[0], *batch[at + 1:])
-        if not (isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], torch.Tensor)
-                and batch[0].dtype == torch.uint8 and batch[0].dim() == 4):
-            return batch
-        images = batch[0]
+        """Normalise the batch's images when they are a uint8 image tensor (see ``on_images``)."""
+        return on_images(batch, self.image_at, self._normalise)  # (a skip count was read before)
+
+    def _normalise(self, images: torch.Tensor) -> torch.Tensor:
         if images.device not in self._on:
             self._on[images.device] = (self.scale.to(images.device), self.shift.to(images.device))
         scale, shift = self._on[images.device]
-        out = torch.addcmul(shift, images.float(), scale)
-        return type(batch)([out, *batch[1:]]) if isinstance(batch, list) else (out, *batch[1:])
+        return torch.addcmul(shift, images.float(), scale)
+
+
+class ImageLayout:
+    """The delivered images' dtype (``float16``/``bfloat16``: cast after ``mean``/``std``, which
+    compute in float32) and memory format (``torch.channels_last``), on the device."""
+
+    def __init__(self, dtype: torch.dtype | None, memory_format: torch.memory_format, image_at: int = 0,
+                 normalised: bool = False) -> None:
+        if dtype not in (None, torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(f"dtype={dtype}: choose torch.float32, torch.float16 or torch.bfloat16")
+        if dtype is not None and not normalised:
+            raise ValueError(f"dtype={dtype}: the images are delivered as uint8 unless mean and std are given; "
+                             "dtype is what normalised images are delivered as: pass mean and std too")
+        if memory_format not in (torch.contiguous_format, torch.channels_last):
+            raise ValueError(f"memory_format={memory_format}: choose torch.contiguous_format or torch.channels_last")
+        self.dtype, self.memory_format, self.image_at = dtype, memory_format, image_at
+
+    def __call__(self, batch: Any) -> Any:
+        return on_images(batch, self.image_at, self._convert, uint8_only=False)
+
+    def _convert(self, images: torch.Tensor) -> torch.Tensor:
+        if self.dtype is not None and images.is_floating_point():
+            images = images.to(self.dtype)
+        return images.contiguous(memory_format=self.memory_format)
+
+
+def on_images(batch: Any, image_at: int, fn: Any, *, uint8_only: bool = True) -> Any:
+    """``batch`` with ``fn`` applied to its N×C×H×W images: its first element, or its
+    ``image_at``-th (a dict batch: its ``"image"``); anything else is returned as it is."""
+    if isinstance(batch, dict) and isinstance(batch.get("image"), torch.Tensor):
+        return {**batch, "image": on_images((batch["image"],), 0, fn, uint8_only=uint8_only)[0]}
+    if image_at and isinstance(batch, tuple) and len(batch) > image_at:
+        return (*batch[:image_at], on_images((batch[image_at],), 0, fn, uint8_only=uint8_only)[0],
+                *batch[image_at + 1:])
+    if not (isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], torch.Tensor)
+            and batch[0].dim() == 4 and (batch[0].dtype == torch.uint8 or not uint8_only)):
+        return batch
+    out = fn(batch[0])
+    return type(batch)([out, *batch[1:]]) if isinstance(batch, list) else (out, *batch[1:])
 
 
 class DeviceFeed:

@@ -86,3 +86,32 @@ def apply_batch_transform(fn: BatchTransform, batch: Any, seed: int, epoch: int 
         exc.add_note(f"fastload: raised by batch_transform on the batch at position {position} of epoch "
                      f"{epoch if epoch is not None else '(not tracked)'}")
         raise
+
+
+def apply_tensor_transform(fn: Callable[[torch.Tensor], Any], image: torch.Tensor, where: str) -> torch.Tensor:
+    """``PackedDataset(transform=...)`` with ``image_size``: ``fn`` on one decoded uint8 3×H×W
+    sample; what it returns must be a tensor. Errors name the record."""
+    try:
+        out = fn(image)
+    except Exception as exc:
+        exc.add_note(f"fastload: raised by transform on {where}")
+        raise
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{where}: transform must return a tensor (it is given the decoded uint8 3×H×W "
+                        f"image); it returned a {type(out).__name__}")
+    return out
+
+
+def stack_transformed(outputs: list[Any], where: Callable[[int], str], height: int, width: int) -> torch.Tensor:
+    """The batch of what ``transform`` returned for each sample; samples of other shapes than the
+    first's (or dtypes) are refused, naming the first such record (``where(position)``)."""
+    if not outputs:
+        return torch.empty((0, 3, height, width), dtype=torch.uint8)
+    first = outputs[0]
+    for j, out in enumerate(outputs):
+        if out.shape != first.shape or out.dtype != first.dtype:
+            raise ValueError(f"{where(j)}: transform returned {out.dtype} {tuple(out.shape)}, another sample of the "
+                             f"batch {first.dtype} {tuple(first.shape)}; a batch stacks one shape and dtype: "
+                             "end the transform with a fixed-size crop or resize")
+    return torch.stack(outputs)
+

@@ -182,6 +182,17 @@ def _torch_epoch(path: Path, train: bool, epoch: int):
 
 @needs_dali
 @pytest.mark.parametrize("device", DEVICES)
+def test_dtype_and_channels_last_come_as_asked_from_dali_too(packed, device):
+    floats = make(packed["hdf5"], "dali", device=device, seed=2, mean=MEAN, std=STD)
+    halves = make(packed["hdf5"], "dali", device=device, seed=2, mean=MEAN, std=STD, dtype=torch.bfloat16,
+                  memory_format=torch.channels_last)
+    for (x, y), (h, z) in zip(floats, halves, strict=True):
+        assert h.dtype == torch.bfloat16 and h.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(h, x.to(torch.bfloat16)) and torch.equal(y, z)
+
+
+@needs_dali
+@pytest.mark.parametrize("device", DEVICES)
 def test_mean_std_gives_float32_normalised_like_the_torch_backend(packed, device):
     uint8 = make(packed["hdf5"], "dali", device=device, seed=2)
     floats = make(packed["hdf5"], "dali", device=device, seed=2, mean=MEAN, std=STD)
