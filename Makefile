@@ -6,17 +6,18 @@ DEMO := demo
 
 .PHONY: demo test test-all venv clean
 
-$(VENV)/.installed: setup.cfg setup.py pyproject.toml fastload/*.c fastload/*.h
+# One venv; the demo installs only what it runs (the plot extra), the tests the dev extra.
+$(VENV)/.installed-%: setup.cfg setup.py pyproject.toml fastload/*.c fastload/*.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# The pinned CPU torch first: an unpinned one would pull several GB of CUDA packages.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[$*]"
 	touch $@
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed-dev
 
-demo: venv
+demo: $(VENV)/.installed-plot
 	$(PY) bench/make_example.py $(DEMO)/images --count 600 --classes 6 --overwrite
 	$(VENV)/bin/fastload pack $(DEMO)/images -o $(DEMO)/images.fl --overwrite
 	$(VENV)/bin/fastload info $(DEMO)/images.fl
@@ -26,10 +27,10 @@ demo: venv
 	$(VENV)/bin/fastload bench $(DEMO)/images --packed $(DEMO)/images.fl --stages \
 		--plot $(DEMO)/bench.png --json $(DEMO)/bench.json
 
-test: venv
+test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q -m "not reliability"
 
-test-all: venv
+test-all: $(VENV)/.installed-dev
 	$(PY) -m pytest -q
 
 clean:

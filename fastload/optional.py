@@ -17,12 +17,22 @@ PACKAGES: dict[str, tuple[str, str]] = {
 }
 
 
+DISTRIBUTION = "fastload-torch"
+"""fastload's distribution name (setup.cfg). Not ``fastload``: that name on PyPI is an unrelated
+file downloader, which ``pip install fastload`` would install."""
+
+
+def extra_hint(extra: str) -> str:
+    """How to install one of fastload's extras: from the clone fastload was installed from."""
+    return f"pip install -e '.[{extra}]' in fastload's clone ({DISTRIBUTION}[{extra}])"
+
+
 def require(module: str, purpose: str) -> ModuleType:
     """Import ``module`` or raise MissingDependencyError saying what to ``pip install`` for ``purpose``."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:
         package, extra = PACKAGES.get(module, (module.split(".")[0], ""))
-        hint = f"pip install {package}" + (f" (or pip install 'fastload[{extra}]')" if extra else "")
+        hint = f"pip install {package}" + (f" (or {extra_hint(extra)})" if extra else "")
         raise MissingDependencyError(f"{purpose} needs the {package} package, which is not importable "
                                      f"here ({exc}); install it: {hint}") from exc

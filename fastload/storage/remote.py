@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastload.errors import MissingDependencyError
+from fastload.optional import extra_hint
 from fastload.storage.location import SCHEME_PACKAGES, join, scheme_of
 from fastload.storage.ranged_get import Get, get_ranges
 from fastload.storage.retry import RetryPolicy, ShortRead
@@ -123,7 +124,7 @@ class RemoteStore:
         except ImportError as exc:
             raise MissingDependencyError(
                 f"{self.url}: reading {self.scheme}:// needs the {package} package ({exc}); install it: "
-                f"pip install {package}" + (" (or pip install 'fastload[remote]')" if package == "s3fs" else "")
+                f"pip install {package}" + (f" (or {extra_hint('remote')})" if package == "s3fs" else "")
             ) from exc
         if self.scheme in ("s3", "s3a"):
             fs.retries = 1  # s3fs's own retry loop (no jitter, unbounded by us) off: see RetryPolicy
