@@ -49,3 +49,22 @@ def test_the_readme_keeps_the_set_up_commands_and_its_links_lead_to_files():
     assert any(link.startswith("docs/") for link in links)
     broken = [link for link in links if not (REPO / link).exists()]
     assert not broken, f"README links to files that do not exist: {broken}"
+
+
+def test_no_install_line_installs_the_unrelated_pypi_fastload():
+    """``pip install fastload`` / ``'fastload[x]'`` would install a file downloader of that name."""
+    from fastload.optional import DISTRIBUTION
+
+    wrong = re.compile(r"pip install\s+['\"]?fastload(?:\[|['\"\s]|$)", re.MULTILINE)
+    files = [REPO / "README.md", REPO / "Makefile", *sorted((REPO / "docs").glob("*.md")),
+             *sorted((REPO / "fastload").rglob("*.py")), *sorted((REPO / "converters").rglob("*.py"))]
+    found = [f"{path.relative_to(REPO)}: {m.group(0)!r}" for path in files for m in wrong.finditer(path.read_text())]
+    assert not found, found
+    assert re.search(rf"^name = {re.escape(DISTRIBUTION)}$", (REPO / "setup.cfg").read_text(), re.MULTILINE)
+
+
+def test_make_demo_installs_only_what_the_demo_runs():
+    makefile = (REPO / "Makefile").read_text()
+    demo = re.search(r"^demo: (.*)$", makefile, re.MULTILINE).group(1)
+    assert demo.strip() == "$(VENV)/.installed-plot"  # not the dev extra and its DALI/CUDA wheels
+    assert re.search(r"^test: \$\(VENV\)/\.installed-dev$", makefile, re.MULTILINE)
