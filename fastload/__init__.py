@@ -9,8 +9,9 @@ import importlib
 from typing import Any
 
 from fastload.errors import (
-    CorruptRecordError, DatasetNotFoundError, FastloadError, ManifestError, MissingDependencyError,
-    PackError, SourceError, SourceNotFoundError,
+    CacheWarning, CorruptRecordError, DatasetNotFoundError, FastloadError, ManifestError, MissingDependencyError,
+    PackError, RemoteAccessDenied, RemoteNotFound, RemoteReadError, SkippedRecordWarning, SourceError,
+    SourceNotFoundError,
 )
 
 __version__ = "0.1.0"
@@ -34,7 +35,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "CorruptRecordError", "DataLoader", "DatasetNotFoundError", "LoaderSettings", "tune", "FastloadError", "ManifestError",
-    "MissingDependencyError", "PackError", "PackedDataset", "SourceError", "SourceNotFoundError",
-    "VerifyReport", "__version__", "describe", "verify",
+    "CacheWarning", "CorruptRecordError", "DataLoader", "DatasetNotFoundError", "FastloadError", "LoaderSettings",
+    "ManifestError", "MissingDependencyError", "PackError", "PackedDataset", "RemoteAccessDenied", "RemoteNotFound",
+    "RemoteReadError", "SkippedRecordWarning", "SourceError", "SourceNotFoundError", "VerifyReport", "__version__",
+    "describe", "tune", "verify",
 ]

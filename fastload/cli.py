@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -335,6 +336,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
+    except BrokenPipeError:  # `fastload info ... | head`: the reader has what it wanted
+        # Python would complain again while flushing stdout at exit: point it at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a process ended by SIGPIPE (128 + 13), as `cat | head`
     except KeyboardInterrupt:
         print("fastload: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

@@ -49,3 +49,8 @@ class MissingDependencyError(FastloadError, ImportError):
 
 class SkippedRecordWarning(UserWarning):
     """A damaged record was dropped from its batch by ``on_error="skip"`` (said once per shard)."""
+
+
+class CacheWarning(UserWarning):
+    """The node cache could not be used for a read (which went to the store instead)."""
+

@@ -15,7 +15,7 @@ import pytest
 from converters.out_dir import prepare_out
 from fastload.format import read_manifest
 from tests.conftest import (
-    copy_dataset, fastload_command, imagefolder_files, load_manifest_json, make_jpeg, many_small_jpegs, run_fastload,
+    REPO, copy_dataset, fastload_command, imagefolder_files, load_manifest_json, make_jpeg, many_small_jpegs, run_fastload,
     run_unprivileged, save_manifest_json, write_tree,
 )
 
@@ -66,6 +66,19 @@ def test_info_json_parses(cli, packed):
     assert info["payload_bytes"] == sum(len(b) for b in files.values())
     assert info["disk_bytes"] == sum((out / s["file"]).stat().st_size for s in info["shards"])
     assert info["packed"]["reencode"] is None and info["packed"]["layout"] == "imagefolder"
+
+
+def test_a_reader_that_stops_early_is_no_error(packed):
+    """`fastload info ... | head`: the pipe closes before the output is written."""
+    out, _ = packed("lmdb")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before a byte is written: every write meets EPIPE
+    try:
+        done = subprocess.run(fastload_command("info", out), stdout=write_end, stderr=subprocess.PIPE, text=True,
+                              timeout=60, cwd=REPO)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141 and done.stderr == ""  # as a shell reports `cat` ended by SIGPIPE
 
 
 def test_info_shows_unlabeled_records_and_extra_fields(cli, tmp_path):

@@ -41,6 +41,7 @@ from typing import Literal, NamedTuple
 
 import xxhash
 
+from fastload.errors import CacheWarning
 from fastload.format.files import create_new, kind_of, read_regular
 from fastload.storage.cache_entry import (
     BLOCK, TOUCH_EVERY, BlocksMissing, CacheEntry, _check_file, _Files, _map_len, _open, _present,
@@ -54,9 +55,6 @@ after, so a holder killed in between leaves the entries to be counted again."""
 
 __all__ = ["BLOCK", "TOUCH_EVERY", "BlocksMissing", "CacheEntry", "CacheInfo", "CacheWarning", "NodeCache"]
 
-
-class CacheWarning(UserWarning):
-    """The node cache could not be used for a read (which went to the store instead)."""
 
 _ENTRY = re.compile(r"[0-9a-f]{32}")
 

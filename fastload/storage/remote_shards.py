@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 
 from fastload.errors import ManifestError
 from fastload.format.manifest import Manifest
-from fastload.storage.cache import BlocksMissing, CacheWarning
+from fastload.errors import CacheWarning
+from fastload.storage.cache import BlocksMissing
 from fastload.storage.remote import ProcessLock, RemoteObject, RemoteStore
 
 FILL_PIECE = 4 * 2**20
