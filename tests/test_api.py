@@ -18,3 +18,27 @@ def test_every_error_and_warning_is_exported_and_documented():
     for name in classes:
         assert getattr(fastload, name) is getattr(fastload.errors, name) and name in fastload.__all__, name
         assert f"`{name}`" in page or name == "FastloadError" and "`FastloadError`" in page, name
+
+
+def test_the_signatures_the_api_page_writes_out_are_the_codes():
+    """A call written out on docs/python-api.md names only real parameters, with their real defaults."""
+    import ast
+    import re
+
+    from converters import pack
+
+    objects = {"converters.pack": pack, "fastload.PackedDataset": fastload.PackedDataset,
+               "fastload.verify": fastload.verify, "fastload.tune": fastload.tune,
+               "fastload.describe": fastload.describe, "fastload.DataLoader": fastload.DataLoader}
+    page = (REPO / "docs" / "python-api.md").read_text()
+    calls = re.findall(r"`((?:fastload|converters)\.\w+)\(([^`]*?)\)(?: -> \w+)?`", page.replace("\n  ", " "))
+    assert len(calls) >= 4
+    for name, arguments in calls:
+        parameters = inspect.signature(objects[name]).parameters
+        for argument in (a.strip() for a in arguments.split(",")):
+            if argument in ("", "*", "...", "**options") or argument.startswith("batch_size=…"):
+                continue
+            key, _, default = argument.partition("=")
+            assert key in parameters, f"{name}: no parameter {key!r}"
+            if default:
+                assert ast.literal_eval(default) == parameters[key].default, f"{name}: {key}={default}"
