@@ -253,10 +253,18 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             sampler.resume(epoch, position, consumed)
         self._progress = {}
 
-    def stats(self) -> dict[str, float]:
+    def stats(self, reset: bool = False) -> dict[str, float]:
         """samples/s, MB/s of payload, the fraction of wall time the loop waited for data, and
-        ``skipped``: records an ``on_error="skip"`` dataset left out of the delivered batches."""
-        return self._stats.as_dict()
+        ``skipped``: records an ``on_error="skip"`` dataset left out of the delivered batches.
+
+        They add up over every epoch since the loader was made, the wall time running from its
+        first batch to its last (time between epochs, a validation pass say, counts too);
+        ``reset=True`` starts the counts again after returning them (once per epoch: per-epoch figures).
+        """
+        figures = self._stats.as_dict()
+        if reset:
+            self._stats.reset()
+        return figures
 
 
 def _rebuilt_arguments(dataset: Any, batch_size: int | None, shuffle: bool | None, sampler: Any,

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 @dataclass
 class LoaderStats:
-    """Counters kept by the loader's iterator (since construction or ``reset()``)."""
+    """Counters kept by the loader's iterators: every epoch since the loader was made, or since
+    the last ``loader.stats(reset=True)``."""
 
     samples: int = 0
     batches: int = 0
@@ -17,6 +18,10 @@ class LoaderStats:
     started: float | None = None
     last: float | None = None
     skipped: int = 0  # records on_error="skip" left out of the delivered batches
+
+    def reset(self) -> None:
+        """Start counting again (in place: a running iterator records into this object)."""
+        self.__init__()  # type: ignore[misc]
 
     def record(self, samples: int, nbytes: int, waited: float, skipped: int = 0) -> None:
         now = time.perf_counter()

@@ -208,6 +208,13 @@ def test_stats_count_what_was_delivered(id_packed, num_workers):
     assert stats["samples_per_s"] == pytest.approx(stats["samples"] / stats["seconds"])
     payload = 2 * int(ds.index.size.sum())  # every record's stored bytes, twice
     assert stats["mb_per_s"] * stats["seconds"] * 1e6 == pytest.approx(payload)
+    # reset=True: these figures once more, then counting starts again, also inside a running epoch
+    assert loader.stats(reset=True)["samples"] == 2 * ID_RECORDS and loader.stats()["samples"] == 0
+    it = iter(loader)
+    next(it)
+    loader.stats(reset=True)
+    rest = sum(len(labels) for _, labels in it)
+    assert loader.stats()["samples"] == rest == ID_RECORDS - 8
 
 
 def test_stats_of_a_plain_dataset_count_samples_not_bytes():
