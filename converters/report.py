@@ -28,7 +28,7 @@ class PackReport:
     num_shards: int = 0
     skipped: int = 0
     skipped_files: list[Skip] = field(default_factory=list)
-    skipped_report: Path | None = None
+    skipped_report: Path | str | None = None  # str: its URL, for a pack to an object store
     ignored: dict[str, int] = field(default_factory=dict)
     resumed_shards: int = 0
     elapsed_s: float = 0.0

@@ -82,6 +82,8 @@ def pack_to_store(job: Any, store: RemoteStore, staging: str | os.PathLike[str] 
         store.remove([name for name in ours if name not in keep])
     remove_dataset(folder, staged)  # the store holds the dataset now; the staging folder and journals go
     report.out = store.url  # type: ignore[assignment]
+    if report.skipped_report is not None:  # the staged copy is gone with its folder: the store's
+        report.skipped_report = store.display(f"{lease.generation}/{SKIPPED_REPORT_NAME}")
     return report
 
 

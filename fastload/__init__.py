@@ -9,7 +9,7 @@ import importlib
 from typing import Any
 
 from fastload.errors import (
-    CacheWarning, CorruptRecordError, DatasetNotFoundError, FastloadError, ManifestError, MissingDependencyError,
+    BucketNotFound, CacheWarning, CorruptRecordError, DatasetNotFoundError, FastloadError, ManifestError, MissingDependencyError,
     PackError, RemoteAccessDenied, RemoteNotFound, RemoteReadError, SkippedRecordWarning, SourceError,
     SourceNotFoundError,
 )
@@ -35,7 +35,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "CacheWarning", "CorruptRecordError", "DataLoader", "DatasetNotFoundError", "FastloadError", "LoaderSettings",
+    "BucketNotFound", "CacheWarning", "CorruptRecordError", "DataLoader", "DatasetNotFoundError", "FastloadError", "LoaderSettings",
     "ManifestError", "MissingDependencyError", "PackError", "PackedDataset", "RemoteAccessDenied", "RemoteNotFound",
     "RemoteReadError", "SkippedRecordWarning", "SourceError", "SourceNotFoundError", "VerifyReport", "__version__",
     "describe", "tune", "verify",

@@ -39,6 +39,10 @@ class RemoteNotFound(RemoteReadError, FileNotFoundError):
     """An object a dataset needs is not in the store (404)."""
 
 
+class BucketNotFound(RemoteNotFound):
+    """The bucket (container) of a URL does not exist, or these credentials cannot see it."""
+
+
 class RemoteAccessDenied(RemoteReadError, PermissionError):
     """The store refused the request (403) or no credentials were found."""
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fastload.errors import DatasetNotFoundError, FastloadError, ManifestError, RemoteNotFound
+from fastload.errors import BucketNotFound, DatasetNotFoundError, FastloadError, ManifestError, RemoteNotFound
 from fastload.format.index import ReadFile, RecordIndex, local_files
 from fastload.format.layout import MANIFEST_NAME
 from fastload.format.manifest import MAX_MANIFEST_BYTES, Manifest, parse_manifest, read_manifest
@@ -41,6 +41,8 @@ class PackedLocation:
         where = f"{self.root}/{MANIFEST_NAME}"
         try:
             raw = self.store.read_file(MANIFEST_NAME, MAX_MANIFEST_BYTES)
+        except BucketNotFound:
+            raise  # says which bucket and what to do
         except RemoteNotFound:
             raise DatasetNotFoundError(
                 f"{self.root}: no {MANIFEST_NAME} there: not a packed dataset, or its upload has not "

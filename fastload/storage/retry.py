@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ _TRANSIENT_NAMES = {
     "ConnectionClosedError", "HTTPClientError", "ProtocolError", "FSTimeoutError", "RemoteDisconnected",
     "ContentLengthError", "TransferEncodingError",
 }
+# A connection that could not be made at all: the endpoint is wrong or the store is down.
+_NO_ANSWER = {"EndpointConnectionError", "ClientConnectorError", "ConnectTimeoutError", "ConnectionTimeoutError"}
 _TRANSIENT_CODES = ("SlowDown", "reduce your request rate", "InternalError", "ServiceUnavailable",
                     "RequestTimeout", "Throttl")
 
@@ -102,9 +105,15 @@ class RetryPolicy:
 
 def describe(exc: BaseException, what: str, attempts: int = 0) -> Exception:
     """The error a user sees for a failed remote call: the object and range first, then the cause."""
-    from fastload.errors import RemoteAccessDenied, RemoteNotFound, RemoteReadError
+    from fastload.errors import BucketNotFound, RemoteAccessDenied, RemoteNotFound, RemoteReadError
 
     cause = f"{type(exc).__name__}: {exc}".rstrip(": ")
+    url = re.search(r"\b([a-z0-9]+)://([^/\s]+)", what)
+    if isinstance(exc, FileNotFoundError) and ("bucket does not exist" in str(exc) or "NoSuchBucket" in str(exc)):
+        bucket = url.group(2) if url else "?"
+        return BucketNotFound(f"{what}: the bucket {bucket!r} does not exist, or these credentials cannot see it "
+                              f"({cause}); fastload creates no buckets: create it first (for S3: aws s3 mb "
+                              f"s3://{bucket}), or check the URL and the endpoint")
     if isinstance(exc, FileNotFoundError):
         return RemoteNotFound(f"{what}: no such object ({cause}); check the URL, or re-upload the dataset")
     if isinstance(exc, PermissionError) or "AccessDenied" in str(exc) or "Forbidden" in str(exc):
@@ -114,6 +123,10 @@ def describe(exc: BaseException, what: str, attempts: int = 0) -> Exception:
         return RemoteAccessDenied(f"{what}: no credentials found ({cause}); set the store's environment "
                                   "variables (AWS_ACCESS_KEY_ID, ...) or pass storage_options / "
                                   "--storage-option key=... secret=...")
+    if attempts and (isinstance(exc, ConnectionRefusedError) or type(exc).__name__ in _NO_ANSWER):
+        return RemoteReadError(f"{what}: failed {attempts} times ({cause}); nothing answers at the store's "
+                               "endpoint: check endpoint_url (storage_options, --storage-option endpoint_url=..., "
+                               "or the AWS_ENDPOINT_URL environment variable) and that the store is running")
     if attempts:
         return RemoteReadError(f"{what}: failed {attempts} times ({cause}); the store is unreachable or "
                                "overloaded; try again later")
