@@ -42,7 +42,8 @@ def get_ranges(fs: Any, gets: Sequence[Get], max_in_flight: int) -> list[bytes |
 
 async def _get_all(fs: Any, gets: list[Get], max_in_flight: int) -> list[bytes | BaseException]:
     gate = asyncio.Semaphore(max(max_in_flight, 1))
-    fetch = _get_s3 if type(fs).__name__ == "S3FileSystem" else _get_other
+    s3 = any(cls.__name__ == "S3FileSystem" for cls in type(fs).__mro__)  # s3fs not imported here
+    fetch = _get_s3 if s3 else _get_other
 
     async def one(get: Get) -> bytes | BaseException:
         async with gate:  # the deadline starts when the request does, not while it waits its turn

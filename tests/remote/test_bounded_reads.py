@@ -113,3 +113,15 @@ def test_packing_from_a_prefix_that_stalls_ends_with_the_deadline(photos: str, s
     with pytest.raises(RemoteReadError, match=r"photos/c\d/\d\.jpg bytes 0-\d+: failed 6 times \(DeadlineExceeded"):
         pack(photos, tmp_path / "out.fl", progress=False,
              storage_options=s3_server.storage_options(fault_proxy.url))
+
+
+@pytest.mark.timeout(60)
+def test_an_http_store_that_stalls_meets_the_deadline_too(s3_server: S3Server, fault_proxy: FaultProxy,
+                                                         s3_bucket: str) -> None:
+    # the same object read as plain http(s):// (fsspec's HTTP filesystem, not s3fs): bounded in time
+    s3_server.client().put_object(Bucket=s3_bucket, Key="folder/blob", Body=DATA, ACL="public-read")
+    store = RemoteStore(f"{fault_proxy.url}/{s3_bucket}/folder", retry=QUICK)
+    assert store.read_ranges([("blob", 10, 1000)]) == [DATA[10:1010]]
+    fault_proxy.fail_next("stall", count=10, match=_gets)
+    with pytest.raises(RemoteReadError, match=r"folder/blob bytes 0-99999: failed 2 times \(DeadlineExceeded"):
+        store.read_ranges([("blob", 0, 100_000)])
