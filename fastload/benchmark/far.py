@@ -25,6 +25,7 @@ from fastload.benchmark.baseline import ImageFolderBaseline
 from fastload.benchmark.contenders import RawReads, raw_batch_bytes, settings_text
 from fastload.benchmark.runs import RunSpec
 from fastload.benchmark.stages import Stage
+from fastload.config import MAX_FILE_SIZE, parse_size
 
 LATENCY_PROBES = 8
 """Small ranged GETs timed one at a time for a request's latency (the median is kept)."""
@@ -37,11 +38,12 @@ class StoreObjects(ImageFolderBaseline):
     label = "small objects"
 
     def __init__(self, store: Any, samples: Sequence[tuple[str, int]], sizes: Sequence[int],
-                 image_size: int = 224) -> None:
+                 image_size: int = 224, skipped: Sequence[tuple[str, str]] = ()) -> None:
         super().__init__(samples, image_size)
         self.store = store
         self.sizes = [int(s) for s in sizes]
         self.url = store.url
+        self.skipped = list(skipped)  # (name, why): objects left out, as `fastload pack` would
 
     @classmethod
     def from_store(cls, url: str, storage_options: dict[str, Any] | None,
@@ -51,9 +53,11 @@ class StoreObjects(ImageFolderBaseline):
         from fastload.storage.remote import RemoteStore
 
         store = RemoteStore(url, storage_options)
-        listing = list_store_source(store)
+        # an object over pack's --max-file-size is left out, never fetched whole into memory
+        listing = list_store_source(store, max_file_size=parse_size(MAX_FILE_SIZE), on_error="skip")
         return cls(store, [(item.rel, item.label) for item in listing.items],
-                   [item.size for item in listing.items], image_size)
+                   [item.size for item in listing.items], image_size,
+                   [(skip.rel, skip.reason) for skip in listing.skipped])
 
     @property
     def files(self) -> list[str]:

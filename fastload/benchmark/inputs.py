@@ -131,7 +131,6 @@ def resolve(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]
 def _resolve_remote(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]], image_size: int,
                     options: dict[str, Any] | None) -> Inputs:
     """SRC and ``packed`` where some are store URLs (the others local paths)."""
-    from fastload.benchmark.far import StoreObjects
     from fastload.errors import DatasetNotFoundError
     from fastload.storage.packed import locate_packed
 
@@ -158,13 +157,13 @@ def _resolve_remote(src: str | os.PathLike[str], packed: Sequence[str | os.PathL
         inputs = Inputs(url, "packed", None, [root, *extra], storage_options=options)
         if source and is_remote(source):
             try:
-                inputs.baseline = StoreObjects.from_store(source, options, image_size)
+                _store_baseline(inputs, source, options, image_size)
                 inputs.notes.append(f"baseline: the source objects in the manifest, {source}")
             except (SourceError, OSError):
                 pass
         return inputs
-    inputs = Inputs(url, "folder", StoreObjects.from_store(url, options, image_size), extra,
-                    storage_options=options)
+    inputs = Inputs(url, "folder", None, extra, storage_options=options)
+    _store_baseline(inputs, url, options, image_size)
     default = f"{url}.fl"
     if not extra:
         try:
@@ -175,6 +174,17 @@ def _resolve_remote(src: str | os.PathLike[str], packed: Sequence[str | os.PathL
                                 f"`fastload pack {url} -o {default}`, then `fastload bench {url} "
                                 f"--packed {default}`")
     return inputs
+
+
+def _store_baseline(inputs: Inputs, url: str, options: dict[str, Any] | None, image_size: int) -> None:
+    """The objects under ``url`` as the baseline; those pack would refuse by size are named in a note."""
+    from fastload.benchmark.far import StoreObjects
+
+    objects = StoreObjects.from_store(url, options, image_size)
+    inputs.baseline = objects
+    if objects.skipped:
+        inputs.skipped = objects.skipped
+        inputs.notes.insert(0, skipped_note(objects.skipped))
 
 
 def _source_folder(dataset: Path, image_size: int) -> ImageFolderBaseline | None:

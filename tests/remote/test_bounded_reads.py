@@ -125,3 +125,21 @@ def test_an_http_store_that_stalls_meets_the_deadline_too(s3_server: S3Server, f
     fault_proxy.fail_next("stall", count=10, match=_gets)
     with pytest.raises(RemoteReadError, match=r"folder/blob bytes 0-99999: failed 2 times \(DeadlineExceeded"):
         store.read_ranges([("blob", 0, 100_000)])
+
+
+def test_bench_leaves_out_a_store_object_over_the_size_bound(s3_server: S3Server, s3_bucket: str, monkeypatch,
+                                                             tmp_path) -> None:
+    # the bound pack applies (--max-file-size's default), here lowered to 10 KB for a small test
+    from fastload.benchmark import far
+    from fastload.benchmark.inputs import resolve
+
+    monkeypatch.setattr(far, "MAX_FILE_SIZE", "10KB")
+    client = s3_server.client()
+    for i in range(2):
+        client.put_object(Bucket=s3_bucket, Key=f"photos/c0/{i}.jpg", Body=make_jpeg(40, 30, seed=i))
+    client.put_object(Bucket=s3_bucket, Key="photos/c0/huge.jpg", Body=bytes(20_000))
+    with resolve(f"s3://{s3_bucket}/photos", storage_options=s3_server.storage_options(), work=tmp_path) as inputs:
+        assert [rel for rel, _ in inputs.baseline.samples] == ["c0/0.jpg", "c0/1.jpg"]
+        assert inputs.skipped == [("c0/huge.jpg", "20000 bytes is over --max-file-size 10000; raise the limit "
+                                                  "or remove it")]
+        assert inputs.notes[0].startswith("skipped 1 file that cannot be decoded: c0/huge.jpg (20000 bytes")
