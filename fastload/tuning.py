@@ -183,7 +183,7 @@ def _measure(loader: Any, batches: int, ahead: int = 0) -> float:
 def batch_size_of(batch: Any) -> int:
     """Samples in a batch: the first dimension of its first tensor."""
     if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else 1
+        return int(batch.size(0)) if batch.dim() else 1  # size(0), not shape: a nested tensor has no shape
     if isinstance(batch, (tuple, list)) and batch:
         return batch_size_of(batch[0])
     if isinstance(batch, dict) and batch:

@@ -103,3 +103,18 @@ def test_the_device_feed_raises_a_failing_batch_in_its_turn():
     assert next(feed).tolist() == [3]
     with pytest.raises(StopIteration):
         next(feed)
+
+
+def _clone(batch):
+    return [t.clone() for t in batch]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_batches_of_nested_tensors_are_counted_and_delivered(num_workers):
+    """torch's test_nested_tensor_multiprocessing: a nested tensor has no ``shape``; the loader
+    counts a batch's samples without asking for it."""
+    data = [torch.nested.nested_tensor([torch.randn(5)]) for _ in range(6)]
+    loader = fastload.DataLoader(data, batch_size=1, num_workers=num_workers, collate_fn=_clone)
+    batches = list(loader)
+    assert len(batches) == 6 and all(b[0].is_nested for b in batches)
+    assert loader.stats()["samples"] == 6
