@@ -49,7 +49,8 @@ def make_dataset(folder: Path, count: int) -> Path:
 
 def build(data: str, batch_size: int) -> tuple[torch.nn.Module, torch.optim.Optimizer, fastload.DataLoader]:
     dataset = fastload.PackedDataset(data, image_size=IMAGE_SIZE, train=True)
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * IMAGE_SIZE * IMAGE_SIZE, len(dataset)))
+    classes = len(dataset)  # the generated labels are record numbers; a real set has fewer classes
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * IMAGE_SIZE * IMAGE_SIZE, classes))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = fastload.DataLoader(dataset, batch_size=batch_size, shuffle=True)
     return model, optimizer, loader
@@ -99,7 +100,8 @@ def resumed_run(data: str, checkpoint: Path, batch_size: int) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", help="a packed dataset (default: pack a tiny generated one)")
-    parser.add_argument("--work", help="where the generated dataset and checkpoint go (default: a temp folder)")
+    parser.add_argument("--work", help="where the generated dataset and the checkpoint go "
+                                       "(default: a temporary folder)")
     parser.add_argument("--samples", type=int, default=40, help="pictures in the generated dataset")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--stop-after", type=int, default=2, help="batches before the checkpoint")
