@@ -59,19 +59,18 @@ async def _get_s3(fs: Any, path: str, start: int, end: int) -> bytes:
     """One ranged GetObject, its body read in pieces up to ``end - start`` bytes."""
     bucket, key, version = fs.split_path(path)
     began, want = time.monotonic(), end - start
-    headers_by = request_timeout()
-    async with _deadline(headers_by, "for the response to begin"):
+    async with _deadline(request_timeout(), "begin"):
         response = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}",
                                      **({"VersionId": version} if version else {}))
     body = response["Body"]
     try:
         announced = response.get("ContentLength")
         if announced is not None and announced > want:
-            raise too_long(want, f"{announced} bytes (its Content-Length)", response)
+            raise _too_long(want, f"{announced} bytes (its Content-Length)", response)
         # the body's share of the deadline follows the bytes that will come, not the bytes asked for
         expected = want if announced is None else announced
         left = began + request_deadline(expected) - time.monotonic()
-        async with _deadline(request_deadline(expected), "for the whole response", max(left, 0.0)):
+        async with _deadline(request_deadline(expected), "end", max(left, 0.0)):
             return await _read_body(body, want, response)
     finally:
         body.close()
@@ -80,10 +79,10 @@ async def _get_s3(fs: Any, path: str, start: int, end: int) -> bytes:
 async def _get_other(fs: Any, path: str, start: int, end: int) -> bytes:
     """A ranged read through the filesystem's own ``_cat_file`` (gcsfs, adlfs, http): bounded in time;
     its body is bounded only as far as that client honours the range."""
-    async with _deadline(request_deadline(end - start), "for the whole response"):
+    async with _deadline(request_deadline(end - start), "end"):
         data: bytes = await fs._cat_file(path, start=start, end=end)
     if len(data) > end - start:
-        raise too_long(end - start, f"{len(data)} bytes", None)
+        raise _too_long(end - start, f"{len(data)} bytes", None)
     return data
 
 
@@ -94,12 +93,12 @@ async def _read_body(body: Any, want: int, response: dict[str, Any]) -> bytes:
     while piece := await body.read(min(PIECE, want - got + 1)):
         got += len(piece)
         if got > want:
-            raise too_long(want, f"{want + 1} or more bytes", response)
+            raise _too_long(want, f"{want + 1} or more bytes", response)
         pieces.append(piece)
     return b"".join(pieces)
 
 
-def too_long(want: int, found: str, response: dict[str, Any] | None) -> BodyTooLong:
+def _too_long(want: int, found: str, response: dict[str, Any] | None) -> BodyTooLong:
     status = (response or {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
     answered = f" (HTTP {status})" if status else ""
     return BodyTooLong(f"the store answered{answered} with {found} where {want} were asked for (it "
@@ -109,8 +108,9 @@ def too_long(want: int, found: str, response: dict[str, Any] | None) -> BodyTooL
 
 @asynccontextmanager
 async def _deadline(limit: float, waiting: str, left: float | None = None) -> AsyncIterator[None]:
-    """``asyncio.timeout`` whose expiry raises DeadlineExceeded saying what was waited for (a socket
-    timeout inside stays what it is); ``left``: the seconds that remain of ``limit``."""
+    """``asyncio.timeout`` whose expiry raises DeadlineExceeded saying whether the response did not
+    ``waiting`` ("begin", "end") in time (a socket timeout inside stays what it is); ``left``: the
+    seconds that remain of ``limit``."""
     timeout = asyncio.timeout(limit if left is None else left)
     try:
         async with timeout:
@@ -119,5 +119,6 @@ async def _deadline(limit: float, waiting: str, left: float | None = None) -> As
         if not timeout.expired():
             raise
         raise DeadlineExceeded(
-            f"no answer within the request's deadline of {limit:.1f} s {waiting} (a stalled or "
-            "slow-dripping response); FASTLOAD_REQUEST_TIMEOUT sets its base") from exc
+            f"the response did not {waiting} within its deadline of {limit:.1f} s (a stalled or slow-dripping "
+            "store, or a Content-Length larger than the body sent); FASTLOAD_REQUEST_TIMEOUT sets the "
+            f"deadline's base, now {request_timeout():g} s") from exc
