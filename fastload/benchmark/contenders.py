@@ -167,8 +167,9 @@ def fastload_rows(packed: Sequence[Path], batch_size: int, image_size: int, cold
                                 settings_text,
                                 size, prepare=prepare))
         if dali:
+            where = "" if torch.cuda.is_available() else ", CPU operators (no CUDA device here)"
             rows.append(RunSpec(f"fastload {manifest.storage}, DALI backend", "dali", manifest.storage,
-                                lambda make=make: make(backend="dali"), "backend='dali'", size,
+                                lambda make=make: make(backend="dali"), f"backend='dali'{where}", size,
                                 prepare=prepare))
     return rows
 

@@ -277,7 +277,7 @@ def _judge(report: BenchReport, inputs: Inputs, probe: Probe, loader: Any, run: 
         pinned=pinned if rate else None, dali_installed=_dali_installed(),
         store_bound=store.bound if store else None, store_latency_s=store.latency_s if store else None,
         store_mb_s=store.mb_s if store else None, cached=_cached(probe),
-        dataset_bytes=_dataset_bytes(probe)))
+        dataset_bytes=_dataset_bytes(probe), cache_limit=_cache_limit(probe), cuda=torch.cuda.is_available()))
     report.verdict = replace(verdict, loader=run.name.removeprefix("doctor: "))
 
 
@@ -379,6 +379,13 @@ def _cached(probe: Probe) -> bool:
     reader = getattr(getattr(probe, "dataset", None), "reader", None)
     remote = getattr(reader, "remote", None)
     return remote is None or remote.cache is not None
+
+
+def _cache_limit(probe: Probe) -> int | None:
+    """The bytes the node cache of a dataset in a store may hold (None: none)."""
+    remote = getattr(getattr(getattr(probe, "dataset", None), "reader", None), "remote", None)
+    cache = getattr(remote, "cache", None)
+    return cache.limit if cache is not None else None
 
 
 def _dataset_bytes(probe: Probe) -> int | None:

@@ -18,6 +18,8 @@ MODEL_BOUND_WAIT = 0.10
 """The loop waiting for data at most this fraction of its time is model-bound."""
 DECODE_SHARE = 0.4
 """CPU-bound with decoding at least this share of the CPU time is CPU-decode-bound."""
+DOUBT_MARGIN = 1.25
+"""A stage timed alone allowing this much less than the loader delivered contradicts the run."""
 
 
 class StageLike(Protocol):
@@ -49,6 +51,8 @@ class Evidence:
         store_latency_s, store_mb_s: one request's latency and the store's bandwidth here.
         cached: a dataset in a store is read through a node cache.
         dataset_bytes: the data's size (what a cache needs to hold it all).
+        cache_limit: the bytes the node cache may hold (None: no cache, or not in a store).
+        cuda: a CUDA device is here (GPU decode with DALI is advice only then).
     """
 
     stages: Sequence[StageLike]
@@ -67,6 +71,8 @@ class Evidence:
     store_mb_s: float | None = None
     cached: bool = True
     dataset_bytes: int | None = None
+    cache_limit: int | None = None
+    cuda: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,7 @@ class Verdict:
     predicted_rate: float | None = None  # samples/s all stages together allow
     wait_fraction: float | None = None
     loader: str | None = None  # the row whose loader this is about (set by the caller)
+    doubt: str | None = None  # the measurements contradict each other: why this verdict is a hint
 
     def as_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
@@ -89,6 +96,8 @@ class Verdict:
     def __str__(self) -> str:
         about = f" ({self.loader})" if self.loader else ""
         lines = [f"verdict: {self.label}{about} — {self.reason}"]
+        if self.doubt:
+            lines.append(f"  ! {self.doubt}")
         lines += [f"  - {a}" for a in self.advice]
         return "\n".join(lines)
 
@@ -119,7 +128,21 @@ def diagnose(e: Evidence) -> Verdict:
     label = (f"I/O-bound (object store, {e.store_bound}-bound)" if group == "io" and e.store_bound
              else _label(group, worst.name))
     return Verdict(group, label, worst.name, reason,  # type: ignore[arg-type]
-                   _advice(e, group, worst), capacities, predicted, wait)
+                   _advice(e, group, worst), capacities, predicted, wait, doubt=_doubt(e, capacities))
+
+
+def _doubt(e: Evidence, capacities: dict[str, float]) -> str | None:
+    """Why the verdict is unsure: a stage whose measured limit is below the rate the loader
+    delivered end to end cannot be what held it back, so the stage timings contradict the run."""
+    if not e.loader_rate:
+        return None
+    below = {g: c for g, c in capacities.items() if c < e.loader_rate / DOUBT_MARGIN}
+    if not below:
+        return None
+    group, limit = min(below.items(), key=lambda item: item[1])
+    return (f"unsure: timed alone, {group} allows {limit:.0f} samples/s, yet the loader delivered "
+            f"{e.loader_rate:.0f}: the stage timings do not add up (a busy machine, or stages that overlap "
+            "more than assumed); re-run on a quiet machine, and take this verdict as a hint")
 
 
 def _par(e: Evidence, stage: StageLike) -> int:
@@ -196,8 +219,8 @@ def _advice(e: Evidence, group: str, worst: StageLike) -> list[str]:
         out = [more_workers, None if e.reduced_decode else _reduced_advice(e),
                "pre-resize at pack time: `fastload pack SRC --max-side 320` (smaller JPEGs decode faster; "
                "lossy, recorded in the manifest)",
-               "decode on the GPU with DALI: fastload.DataLoader(..., backend='dali')"
-               + ("" if e.dali_installed else " (pip install nvidia-dali-cuda120)")]
+               ("decode on the GPU with DALI: fastload.DataLoader(..., backend='dali')"
+                + ("" if e.dali_installed else " (pip install nvidia-dali-cuda120)")) if e.cuda else None]
     else:
         out = [more_workers,
                f"{worst.name} costs {_ms(worst.seconds_per_sample)} per sample: make it cheaper, or run "
@@ -211,8 +234,9 @@ def _store_advice(e: Evidence) -> list[str | None]:
 
     wait = _ms(e.store_latency_s or 0.0)
     room = f"cache_limit='{format_size(e.dataset_bytes * 1.1)}'" if e.dataset_bytes else "cache_limit="
-    cache = (f"give the node cache room for the whole dataset (PackedDataset(url, {room})): epochs after "
-             "the first read the local disk, not the store")
+    holds = e.cached and e.cache_limit is not None and e.dataset_bytes is not None and e.cache_limit >= e.dataset_bytes
+    cache = None if holds else (f"give the node cache room for the whole dataset (PackedDataset(url, {room})): "
+                                "epochs after the first read the local disk, not the store")
     if e.source == "folder":
         return [f"pack the objects into shards in the store: `fastload pack SRC -o SRC.fl`; a batch's "
                 f"records then come in one round of ranged GETs (4 MiB pieces with the node cache) "
@@ -223,7 +247,7 @@ def _store_advice(e: Evidence) -> list[str | None]:
         return [None if e.cached else "turn the node cache on (the default: cache_limit=0 turns it off): "
                 "records then come in 4 MiB pieces, dozens a request, not one round trip each",
                 cache, f"run next to the store (same region or zone): a request waits {wait} here"]
-    return [cache,
+    return [cache,  # (None when the cache holds the dataset already)
             f"the store delivers {e.store_mb_s or 0:.0f} MB/s here: re-pack smaller (`fastload pack SRC "
             "--max-side 500`) to move fewer bytes a sample",
             "run next to the store (same region or zone) or on a faster network"]

@@ -52,7 +52,7 @@ def test_reads_in_flight_raise_the_io_capacity():
 
 
 def test_decode_bound_advice_names_reduced_decode_pre_resize_and_dali():
-    v = diagnose(Evidence(stages(), cores=2, batch_size=64, source="folder"))
+    v = diagnose(Evidence(stages(), cores=2, batch_size=64, source="folder", cuda=True))
     assert v.bottleneck == "cpu" and v.label == "CPU-decode-bound" and v.stage == "decode"
     text = " ".join(v.advice)
     assert "reduced scale" in text and "--max-side" in text and "backend='dali'" in text
@@ -146,8 +146,8 @@ def test_dali_install_advice_only_when_dali_does_not_import(monkeypatch):
 
     from fastload.benchmark import suite
 
-    missing = diagnose(Evidence(stages(), cores=2, batch_size=64, dali_installed=False))
-    there = diagnose(Evidence(stages(), cores=2, batch_size=64, dali_installed=True))
+    missing = diagnose(Evidence(stages(), cores=2, batch_size=64, dali_installed=False, cuda=True))
+    there = diagnose(Evidence(stages(), cores=2, batch_size=64, dali_installed=True, cuda=True))
     assert any("backend='dali') (pip install nvidia-dali-cuda120)" in a for a in missing.advice)
     assert any(a.endswith("backend='dali')") for a in there.advice)
     assert not any("pip install" in a for a in there.advice)
@@ -157,3 +157,27 @@ def test_dali_install_advice_only_when_dali_does_not_import(monkeypatch):
         assert suite._dali_installed() is False
     finally:
         suite._dali_installed.cache_clear()
+
+
+def test_no_gpu_decode_advice_without_a_cuda_device():
+    for installed in (False, True):
+        advice = " ".join(diagnose(Evidence(stages(), cores=2, batch_size=64, dali_installed=installed)).advice)
+        assert "DALI" not in advice and "GPU" not in advice
+
+
+def test_no_cache_advice_when_the_cache_already_holds_the_dataset():
+    def advice(limit):
+        return " ".join(diagnose(Evidence(stages(read=20e-3), cores=2, batch_size=64, source="packed",
+                                          store_bound="bandwidth", store_mb_s=50, dataset_bytes=10**8,
+                                          cache_limit=limit)).advice)
+    assert "cache_limit=" not in advice(10**9) and "cache_limit='110.00 MB'" in advice(10**7)
+    assert "cache_limit=" in advice(None)  # no cache: room for the dataset is advice
+
+
+def test_a_verdict_whose_stage_limit_is_below_the_delivered_rate_says_it_is_unsure():
+    # decode timed alone allows 2 / 5 ms = 400 samples/s; a loader that delivered 900/s contradicts it
+    doubtful = diagnose(Evidence(stages(), cores=2, batch_size=64, loader_rate=900.0))
+    assert doubtful.doubt is not None and "allows 39" in doubtful.doubt and "delivered 900" in doubtful.doubt
+    assert "\n  ! unsure: " in str(doubtful)
+    assert diagnose(Evidence(stages(), cores=2, batch_size=64, loader_rate=380.0)).doubt is None
+
