@@ -14,12 +14,13 @@ from fastload.errors import SourceError
 
 def list_to_pack(src: object, src_store: Any, src_path: Path | None, *, layout: Layout, extensions: tuple[str, ...],
                  on_error: str, options: dict[str, Any], sidecars: bool, file_columns: tuple[str, ...],
-                 root: str | os.PathLike[str] | None = None, allow_outside_root: bool = False) -> SourceListing:
+                 root: str | os.PathLike[str] | None = None, allow_outside_root: bool = False,
+                 sidecar_names: dict[str, str] | None = None) -> SourceListing:
     """The listing of ``src`` (``src_store`` for a store prefix, else the local ``src_path``) in
     record order, each item with its record's other files; a file list's paths confined to
     ``root`` (None: its folder) unless ``allow_outside_root`` (see converters.confine)."""
     if src_store is not None:
-        if sidecars or file_columns or root is not None or allow_outside_root:
+        if sidecars or sidecar_names or file_columns or root is not None or allow_outside_root:
             raise SourceError(f"{src}: --sidecars, --file-columns, --root and --allow-outside-root are for local "
                               "folders and file lists; a store prefix as SRC cannot have them yet: copy it to "
                               "a local folder first")
@@ -33,7 +34,9 @@ def list_to_pack(src: object, src_store: Any, src_path: Path | None, *, layout: 
             raise SourceError(f"{src}: --sidecars is for folders; a file list names its fields as columns")
         from converters.sidecars import attach_sidecars
 
-        attach_sidecars(listing, on_error)
+        attach_sidecars(listing, on_error, sidecar_names)
+    elif sidecar_names:
+        raise SourceError(f"{src}: --sidecar-names renames the fields of --sidecars; add --sidecars")
     if file_columns:
         if listing.layout != "list":
             raise SourceError(f"{src}: --file-columns names columns of a CSV/JSONL file list; in a folder, "

@@ -65,7 +65,7 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
          max_file_size: str | int = MAX_FILE_SIZE, storage_options: dict[str, Any] | None = None,
          staging: str | os.PathLike[str] | None = None, sidecars: bool = False,
          file_columns: list[str] | tuple[str, ...] = (), root: str | os.PathLike[str] | None = None,
-         allow_outside_root: bool = False) -> PackReport:
+         allow_outside_root: bool = False, sidecar_names: dict[str, str] | None = None) -> PackReport:
     """Pack a folder or file list into a fastload dataset; see ``fastload pack --help``.
 
     Returns a PackReport (``already_packed`` when OUT holds this exact pack). Raises SourceError /
@@ -77,7 +77,8 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
     ``storage_options``; a pack to a store is written in the local ``staging`` folder and each
     shard uploaded as it finishes (see converters.upload). ``sidecars``: a folder's ``.json`` and
     ``.txt`` files beside each image, of its basename, become its fields, and other images or
-    ``.npy`` files of its basename its file fields (see converters.sidecars). ``file_columns``: the
+    ``.npy`` files of its basename its file fields (see converters.sidecars), named by extension
+    unless ``sidecar_names`` renames one (``{"png": "mask"}``). ``file_columns``: the
     columns of a file list that name more files of each record (a mask, a depth map), packed beside
     its file as file fields (see converters.file_fields). A file list's paths (and file columns)
     must resolve inside ``root`` (default: the list's folder) unless ``allow_outside_root``; none
@@ -100,7 +101,7 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
     exts = normalize_extensions(extensions)
     listing = list_to_pack(src, src_store, src_path, layout=layout, extensions=exts, on_error=on_error,
                            options=options, sidecars=sidecars, file_columns=tuple(file_columns), root=root,
-                           allow_outside_root=allow_outside_root)
+                           allow_outside_root=allow_outside_root, sidecar_names=sidecar_names)
     if src_path is not None and out_path is not None:
         _check_out_location(src_path, listing.root, out_path)
     # Read threads do not change what is written: a resume with other --workers keeps the shards.

@@ -4,7 +4,9 @@ As in WebDataset, ``0001.jpg`` with ``0001.json``, ``0001.txt``, ``0001.png`` an
 it is one sample: the JSON object's keys become fields (numbers, text, lists as typed arrays: see
 converters.sources._field), the text file is the field ``txt``, and another image or a ``.npy`` of
 the basename a file field named by its extension (``png``: a mask, say; see
-converters.file_fields). When a basename has several images, the JPEG is the sample's image.
+converters.file_fields). ``names`` renames those by extension (``{"png": "mask"}``:
+``--sidecar-names png=mask``), so a sample's fields can say what they hold. When a basename has
+several images, the JPEG is the sample's image.
 Once one image has a sidecar of a kind, every image must: a missing one is an error naming the
 image, or with ``--on-error skip`` the image is skipped and reported. The sidecars are counted as
 fields, not as ignored files.
@@ -28,13 +30,23 @@ _JPEG = (".jpg", ".jpeg")
 MAX_SIDECAR_BYTES = 16 * 2**20
 
 
-def attach_sidecars(listing: SourceListing, on_error: str) -> None:
+def attach_sidecars(listing: SourceListing, on_error: str, names: dict[str, str] | None = None) -> None:
     """Read each item's sidecars into ``listing.fields`` / ``field_values`` and its other files of
-    its basename into file fields; drop (under ``on_error="skip"``) or refuse items whose sidecars
-    are missing or unreadable."""
-    files = _attach_file_sidecars(listing, on_error)
+    its basename into file fields, named by extension unless ``names`` renames one; drop (under
+    ``on_error="skip"``) or refuse items whose sidecars are missing or unreadable."""
+    rename = {ext.lstrip(".").lower(): name for ext, name in (names or {}).items()}
+    check_field_names(listing.root, rename.values(), "a name given by --sidecar-names")
+    files = _attach_file_sidecars(listing, on_error, rename)
     found = {kind: [_beside(Path(item.path), kind) for item in listing.items] for kind in SIDECAR_KINDS}
     kinds = [kind for kind in SIDECAR_KINDS if any(p is not None for p in found[kind])]
+    txt = rename.pop("txt", "txt") if ".txt" in kinds else "txt"
+    if rename:
+        raise SourceError(f"{listing.root}: --sidecar-names renames {', '.join(sorted(rename))}, but no image "
+                          "has such a file beside it; name the extension of a sidecar (0001.png: png=mask)")
+    named = [*files, *([txt] if ".txt" in kinds else [])]
+    if len(set(named)) < len(named):
+        raise SourceError(f"{listing.root}: --sidecar-names gives two kinds of sidecar one name (their fields "
+                          f"would be {', '.join(named)}); give each its own")
     if not kinds:
         if files:
             return
@@ -50,7 +62,7 @@ def attach_sidecars(listing: SourceListing, on_error: str) -> None:
                 if path is None:
                     raise SourceError(f"{item.path}: no {Path(item.rel).stem}{kind} beside it, though other "
                                       f"images have one; add it, or pass --on-error skip")
-                row.update(_read(path, kind, (*RESERVED_FIELD_NAMES, "txt", *files)))
+                row.update(_read(path, kind, txt, (*RESERVED_FIELD_NAMES, txt, *files)))
         except SourceError as exc:
             if on_error != "skip":
                 raise
@@ -68,9 +80,9 @@ def attach_sidecars(listing: SourceListing, on_error: str) -> None:
         listing.fields[name], listing.field_values[name] = _field(listing.root, rows, name)
 
 
-def _attach_file_sidecars(listing: SourceListing, on_error: str) -> list[str]:
+def _attach_file_sidecars(listing: SourceListing, on_error: str, rename: dict[str, str]) -> list[str]:
     """Images and ``.npy`` files sharing an image's basename become its file fields (named by
-    extension); returns their names."""
+    extension, or as ``rename`` says: the entries used are taken out of it); returns their names."""
     from converters.file_fields import first_type, source_file
 
     groups: dict[str, list[SourceItem]] = {}
@@ -84,7 +96,7 @@ def _attach_file_sidecars(listing: SourceListing, on_error: str) -> list[str]:
             if (path := _beside(Path(image.path), kind)) is not None:
                 others[stem][kind] = path
     kinds = sorted({kind for found in others.values() for kind in found})
-    names = [kind.lstrip(".") for kind in kinds]
+    names = [rename.pop(kind.lstrip("."), kind.lstrip(".")) for kind in kinds]
     if not kinds:
         return []
     kept = []
@@ -129,7 +141,7 @@ def _beside(image: Path, kind: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def _read(path: Path, kind: str, taken: tuple[str, ...]) -> dict[str, Any]:
+def _read(path: Path, kind: str, txt: str, taken: tuple[str, ...]) -> dict[str, Any]:
     try:
         raw = read_regular(path, MAX_SIDECAR_BYTES)
     except OSError as exc:
@@ -139,7 +151,7 @@ def _read(path: Path, kind: str, taken: tuple[str, ...]) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise SourceError(f"{path}: is not UTF-8 text") from None
     if kind == ".txt":
-        return {"txt": text}
+        return {txt: text}
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:

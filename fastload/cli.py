@@ -42,7 +42,7 @@ def _pack(args: argparse.Namespace) -> int:
                   restart_markers=args.restart_markers, max_file_size=args.max_file_size,
                   storage_options=_storage_options(args), staging=args.staging, sidecars=args.sidecars,
                   file_columns=[c for c in (args.file_columns or "").split(",") if c], root=args.root,
-                  allow_outside_root=args.allow_outside_root)
+                  allow_outside_root=args.allow_outside_root, sidecar_names=args.sidecar_names)
     print(report.summary())
     return 0
 
@@ -155,6 +155,14 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
     return parse_storage_options(args.storage_option) or None
 
 
+def _renames(text: str) -> dict[str, str]:
+    """``png=mask,npy=depth`` as ``{"png": "mask", "npy": "depth"}`` (--sidecar-names)."""
+    pairs = [part.split("=") for part in text.split(",") if part]
+    if not pairs or any(len(pair) != 2 or not all(pair) for pair in pairs):
+        raise argparse.ArgumentTypeError(f"{text!r}: give EXT=NAME pairs, comma-separated: png=mask,npy=depth")
+    return dict(pairs)
+
+
 def _add_storage_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an fsspec option of the object store in a URL (repeat): endpoint_url=http://"
@@ -249,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="files beside each image of its basename are its fields: 0001.json's keys, "
                         "0001.txt as field 'txt', 0001.png (a mask) or 0001.npy as file fields "
                         "'png', 'npy' (as WebDataset groups them)")
+    p.add_argument("--sidecar-names", type=_renames, default=None, metavar="EXT=NAME,...",
+                   help="with --sidecars, name a sidecar's field other than by its extension: "
+                        "--sidecar-names png=mask,npy=depth,txt=caption")
     p.add_argument("--file-columns", default=None, metavar="NAMES",
                    help="a file list's columns (comma-separated) naming more files of each record, "
                         "packed beside its image: --file-columns mask,depth")
