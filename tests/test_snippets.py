@@ -142,7 +142,7 @@ def _write_lists(root: Path, count: int) -> None:
 
 # Datasets the README's Python blocks open but no block makes: each made by the command its prose gives.
 PROSE_PACKS = ["fastload pack captions.jsonl -o captions.fl", "fastload pack coco.jsonl -o coco.fl",
-               "fastload pack ./seg --sidecars"]
+               "fastload pack ./seg --sidecars --sidecar-names png=mask"]
 
 
 @pytest.fixture(scope="module")
