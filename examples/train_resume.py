@@ -79,7 +79,7 @@ def first_run(data: str, checkpoint: Path, batch_size: int, stop_after: int) -> 
             break
     print(f"first run: {step + 1} of {len(loader)} batches of epoch 0, loss {loss:.3f}, "
           f"saved {checkpoint}")
-    print("first run trained:", *trained)
+    print("first run trained labels:", *trained)
 
 
 def resumed_run(data: str, checkpoint: Path, batch_size: int) -> None:
@@ -94,7 +94,7 @@ def resumed_run(data: str, checkpoint: Path, batch_size: int) -> None:
         loss = train_step(model, optimizer, images, labels)
         trained += labels.tolist()
     print(f"resumed run: finished epoch 0 with {len(trained)} more samples, loss {loss:.3f}")
-    print("resumed run trained:", *trained)
+    print("resumed run trained labels:", *trained)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -249,7 +249,7 @@ def test_the_command_lines_left_out_are_only_the_listed_kinds():
 # --- examples/ -------------------------------------------------------------------------------------
 
 def _trained(output: str, run: str) -> list[int]:
-    line = next(line for line in output.splitlines() if line.startswith(f"{run} trained:"))
+    line = next(line for line in output.splitlines() if line.startswith(f"{run} trained labels:"))
     return [int(word) for word in line.split(":", 1)[1].split()]
 
 
