@@ -24,7 +24,8 @@ def list_store_source(store: Any, *, layout: Layout = "auto", extensions: tuple[
     objects = sorted(store.list_objects(), key=lambda o: o[0].split("/"))
     if not objects:
         raise SourceNotFoundError(f"{store.url}: no objects under this prefix; check the URL (and the "
-                                  "credentials' access to listing it)")
+                                  "credentials' access to listing it), or upload the images first (for S3: "
+                                  f"aws s3 sync ./images {store.url}/)")
     visible = [o for o in objects if not any(part.startswith(".") for part in o[0].split("/"))]
     subdirs = sorted({name.split("/", 1)[0] for name, _, _ in visible if "/" in name})
     top_files = [name for name, _, _ in visible if "/" not in name and name.lower().endswith(extensions)]

@@ -180,11 +180,36 @@ def _store_baseline(inputs: Inputs, url: str, options: dict[str, Any] | None, im
     """The objects under ``url`` as the baseline; those pack would refuse by size are named in a note."""
     from fastload.benchmark.far import StoreObjects
 
-    objects = StoreObjects.from_store(url, options, image_size)
+    objects = StoreObjects.from_store(url, options, image_size)  # an empty prefix: upload the images first
+    problems = _object_problems(objects)
+    bad = [(name, why) for (name, _), why in zip(objects.samples, problems) if why]
+    _leave_out(inputs, url, bad, len(objects))
+    if bad:
+        keep = [k for k, why in enumerate(problems) if not why]
+        objects = StoreObjects(objects.store, [objects.samples[k] for k in keep], [objects.sizes[k] for k in keep],
+                               image_size, objects.skipped)
     inputs.baseline = objects
-    if objects.skipped:
-        inputs.skipped = objects.skipped
+    if objects.skipped:  # too large to fetch (what pack would refuse by size), named as the undecodable are
+        inputs.skipped = [*objects.skipped, *inputs.skipped]
         inputs.notes.insert(0, skipped_note(objects.skipped))
+
+
+def _object_problems(objects: Any) -> list[str | None]:
+    """Each object checked as ``fastload pack`` checks a file (fetched a batch of GETs at a time)."""
+    from converters.checks import InvalidFile, check_image
+
+    def problem(data: bytes) -> str | None:
+        try:
+            check_image(data)
+        except InvalidFile as exc:
+            return exc.reason
+        return None
+
+    out: list[str | None] = []
+    for start in range(0, len(objects), READS_IN_FLIGHT):
+        out += [problem(data) for data in objects.read_many(list(range(start, min(start + READS_IN_FLIGHT,
+                                                                                   len(objects)))))]
+    return out
 
 
 def _source_folder(dataset: Path, image_size: int) -> ImageFolderBaseline | None:
@@ -221,13 +246,19 @@ def _leave_out_unreadable(inputs: Inputs) -> None:
         problems = list(pool.map(problem, baseline.files))
     root = baseline.root or inputs.src
     bad = [(os.path.relpath(path, root), why) for (path, _), why in zip(baseline.samples, problems) if why]
+    _leave_out(inputs, root, bad, len(baseline))
+    if bad:
+        inputs.baseline = ImageFolderBaseline([s for s, why in zip(baseline.samples, problems) if not why],
+                                              baseline.image_size, root=baseline.root)
+
+
+def _leave_out(inputs: Inputs, root: Any, bad: list[tuple[str, str]], total: int) -> None:
+    """Count and name the ``bad`` files (or objects) every row leaves out; none good is an error."""
     if not bad:
         return
-    if len(bad) == len(baseline):
+    if len(bad) == total:
         raise SourceError(f"{root}: none of its {len(bad)} image files can be decoded (first: "
                           f"{bad[0][0]}: {bad[0][1]}); check that it is the right folder")
-    inputs.baseline = ImageFolderBaseline([s for s, why in zip(baseline.samples, problems) if not why],
-                                          baseline.image_size, root=baseline.root)
     inputs.skipped = bad
     inputs.notes.insert(0, skipped_note(bad))
 

@@ -43,6 +43,8 @@ and :func:`validate` checks a document against it. Rates are per second of timed
   ``label``, ``stage``, ``reason``, ``advice`` (list), ``capacities`` (stage group → samples/s it
   allows), ``predicted_rate``, ``wait_fraction``.
 - ``verdict.loader``: the row whose loader the verdict is about (added later in /1).
+- ``verdict.doubt`` (optional, added later in /1): why the verdict is only a hint (a stage timed
+  alone allows less than the loader delivered), or null.
 - ``skipped`` (optional): ``path`` (below the image folder) and ``reason`` of each file left out
   of every row because it cannot be decoded.
 - ``notes``: what the reader should know (skipped files, temporary pack, mismatched record
@@ -110,7 +112,7 @@ SCHEMA: dict[str, Any] = _obj({
                                "advice": {"type": "array", "items": _STR},
                                "capacities": {"type": "object", "additionalProperties": _NUM},
                                "predicted_rate": _NUM_OR_NULL, "wait_fraction": _NUM_OR_NULL,
-                               "loader": _STR_OR_NULL},
+                               "loader": _STR_OR_NULL, "doubt": _STR_OR_NULL},
                 "additionalProperties": False},
     "notes": {"type": "array", "items": _STR},
 }, optional={"skipped": {"type": "array", "items": _obj({"path": _STR, "reason": _STR})}})

@@ -113,3 +113,22 @@ def test_store_urls_are_checked_before_anything_runs(store, s3_server, tmp_path)
         bench(store["objects"], [store["objects"] + "-none.fl"], storage_options=s3_server.storage_options())
     with pytest.raises(ValueError, match="storage options are for object-store URLs"):
         bench(Path(tmp_path), storage_options={"anon": True})
+
+
+def test_a_bad_object_is_left_out_up_front_and_named_as_a_local_file_would_be(s3_server):
+    bucket = s3_server.make_bucket("bench-bad")
+    objects = RemoteStore(f"s3://{bucket}/photos", s3_server.storage_options())
+    for i in range(6):
+        objects.put_bytes(f"{i}.jpg", make_jpeg(40, 30, seed=i))
+    objects.put_bytes("3.jpg", b"not a jpeg")
+    report = bench(objects.url, storage_options=s3_server.storage_options(), duration=0.1, batch_size=2,
+                   torch_grid=[(1, 2)], dali=False, measure_ceilings=False, progress=False)
+    assert all(r.status == "ok" for r in report.runs), [(r.name, r.status, r.error) for r in report.runs]
+    assert any(n.startswith("skipped 1 file that cannot be decoded: 3.jpg (") for n in report.notes), report.notes
+
+
+def test_an_empty_prefix_says_the_images_must_be_in_the_store_first(s3_server):
+    bucket = s3_server.make_bucket("bench-empty")
+    with pytest.raises(Exception, match="upload the images first"):
+        bench(f"s3://{bucket}/photos", storage_options=s3_server.storage_options(), duration=0.1,
+              dali=False, measure_ceilings=False, progress=False)
