@@ -53,7 +53,7 @@ def _dali_installed() -> bool:
 
 
 needs_dali = pytest.mark.skipif(not _dali_installed(), reason="needs nvidia-dali-cuda120 "
-                                "(pip install 'fastload[dali]', part of the dev extra)")
+                                "(pip install -e '.[dali]' in fastload's clone, part of the dev extra)")
 GPU = pytest.param("cuda", marks=[
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(),
@@ -386,7 +386,7 @@ def test_without_dali_the_error_names_the_package(packed):
     assert done.returncode == 0, done.stderr
     name, is_import_error, message = json.loads(done.stdout.strip().splitlines()[-1])
     assert (name, is_import_error) == (MissingDependencyError.__name__, True)
-    assert "nvidia-dali-cuda120" in message and "fastload[dali]" in message
+    assert "nvidia-dali-cuda120" in message and "pip install -e '.[dali]'" in message
     assert "backend='dali'" in message
 
 
