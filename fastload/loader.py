@@ -298,9 +298,11 @@ def _packed_subset(dataset: Any) -> Any:
     while isinstance(inner, torch.utils.data.Subset):
         chain.append(inner.indices)
         inner = inner.dataset
-    from fastload.dataset import PackedDataset
+    if not chain:
+        return dataset
+    from fastload.dataset import PackedDataset  # only for a Subset: a plain dataset's loader stays light
 
-    if not chain or not isinstance(inner, PackedDataset):
+    if not isinstance(inner, PackedDataset):
         return dataset
     for indices in reversed(chain):  # innermost first: each Subset numbers the samples of the one it wraps
         inner = inner.subset(indices)
