@@ -25,7 +25,7 @@ from converters.readahead import (
 )
 from converters.reencode import reencode_jpeg
 from converters.restarts import check_available, with_restart_markers
-from converters.report import PackReport, progress_bar, write_error
+from converters.report import PackReport, already_packed, progress_bar, write_error
 from converters.sources import IMAGE_EXTENSIONS, Layout, SourceItem, SourceListing, normalize_extensions
 from converters.writers import WRITERS
 from converters.writers.behind import WriteBehind, WriteFailed
@@ -157,7 +157,7 @@ def _pack_local(job: _PackJob, out_path: Path, overwrite: bool) -> PackReport:
     with PackLock(out_path) as out_lock:
         folder = _check_replaceable(inspect_out(out_path), plans, overwrite)  # again, under the lock
         if folder.state == "dataset" and folder.manifest is not None and _same_pack(folder.manifest, plans):
-            return _already_packed(out_path, folder.manifest)
+            return already_packed(out_path, folder.manifest)
         if folder.state != "dataset":
             report = job.pack_into(out_path)
         else:
@@ -192,13 +192,6 @@ def _check_replaceable(folder: OutFolder, plans: list[ShardPlan], overwrite: boo
 
 def _same_pack(manifest: Manifest, plans: list[ShardPlan]) -> bool:
     return manifest.packed.get("plan") == plan_digest(plans)
-
-
-def _already_packed(out: Path | str, manifest: Manifest) -> PackReport:
-    skipped = manifest.packed.get("skipped", 0)
-    return PackReport(out=out, storage=manifest.storage, num_records=manifest.num_records,
-                      total_bytes=manifest.total_bytes, num_shards=len(manifest.shards),
-                      skipped=skipped if isinstance(skipped, int) else 0, already_packed=True)
 
 
 def _check_options(format: str, shard_size: str | int, workers: int | None, on_error: str,

@@ -14,7 +14,7 @@ from typing import Any
 
 from converters.sources import Skip
 from fastload.config import format_size
-from fastload.format import SKIPPED_REPORT_NAME, write_atomically
+from fastload.format import SKIPPED_REPORT_NAME, Manifest, write_atomically
 
 
 @dataclass
@@ -60,6 +60,14 @@ class PackReport:
             kinds = ", ".join(f"{k} x{v}" for k, v in sorted(self.ignored.items()))
             parts.append(f"ignored {sum(self.ignored.values())} files not selected by extension ({kinds})")
         return "; ".join(parts)
+
+
+def already_packed(out: Path | str, manifest: Manifest) -> PackReport:
+    """The report of a pack whose OUT already holds this exact pack (``manifest``): nothing written."""
+    skipped = manifest.packed.get("skipped", 0)
+    return PackReport(out=out, storage=manifest.storage, num_records=manifest.num_records,
+                      total_bytes=manifest.total_bytes, num_shards=len(manifest.shards),
+                      skipped=skipped if isinstance(skipped, int) else 0, already_packed=True)
 
 
 def _count(n: int, noun: str) -> str:

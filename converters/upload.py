@@ -29,7 +29,7 @@ import xxhash
 
 from converters.out_dir import PackLock, claim_staging, dataset_entries, inspect_out, remove_dataset
 from converters.plan import plan_digest
-from converters.report import PackReport, progress_bar
+from converters.report import PackReport, already_packed, progress_bar
 from converters.store_lease import StoreLease, put_conditional
 from fastload.config import cache_dir
 from fastload.errors import FastloadError, ManifestError, PackError
@@ -52,12 +52,10 @@ def default_staging(url: str) -> Path:
 def pack_to_store(job: Any, store: RemoteStore, staging: str | os.PathLike[str] | None,
                   overwrite: bool) -> PackReport:
     """Pack ``job`` (see converters.pack) to the store folder ``store``, staging it locally."""
-    from converters.pack import _already_packed
-
     objects = _list(store)
     old, _ = _published(store, objects)
     if old is not None and job.same_pack(old):
-        return _already_packed(store.url, old)
+        return already_packed(store.url, old)
     _check_replaceable(store, old, overwrite)
     _fastloads(store, objects, old, None)  # before the lease is written: a refused prefix gets nothing
     folder = Path(os.path.abspath(staging)) if staging is not None else default_staging(store.url)
@@ -69,7 +67,7 @@ def pack_to_store(job: Any, store: RemoteStore, staging: str | os.PathLike[str] 
         # objects of packs that died here: ours to delete, unless a published manifest lists them
         store.remove([n for n in ours if _generation(n) in lease.generations[1:] and n not in listed])
         if old is not None and job.same_pack(old):
-            return _already_packed(store.url, old)
+            return already_packed(store.url, old)
         _check_replaceable(store, old, overwrite)
         claim_staging(folder, store.url)
         lease.writing = True
@@ -92,14 +90,12 @@ def _stage_and_upload(job: Any, store: RemoteStore, folder: Path, generation: st
     """Pack into the staging ``folder``, uploading each shard as it is finished, then the index and
     the skipped report, all under ``generation``; the report, the staged manifest and what the
     store holds of each shard."""
-    from converters.pack import _already_packed
-
     with PackLock(folder):
         found = inspect_out(folder)  # under the lock
         with ShardUploads(store, folder, generation, objects, job.progress) as uploads:
             if found.manifest is not None and job.same_pack(found.manifest):
                 # packed locally before a kill, not all uploaded: upload the rest, pack nothing again
-                report = _already_packed(folder, found.manifest)
+                report = already_packed(folder, found.manifest)
                 report.already_packed, report.resumed_shards = False, len(found.manifest.shards)
                 for shard in found.manifest.shards:
                     uploads.submit(folder / shard.file)

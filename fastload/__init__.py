@@ -20,7 +20,7 @@ _LAZY = {
     "PackedDataset": "fastload.dataset",
     "DataLoader": "fastload.loader",
     "LoaderSettings": "fastload.tuning",
-    "tune": "fastload.tuning",
+    "tune": "fastload.tuner",
     "verify": "fastload.verifier",
     "VerifyReport": "fastload.verifier",
     "describe": "fastload.summary",

@@ -22,9 +22,8 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from fastload.collate import skipped_in
 from fastload.prefetch import ThreadPrefetcher
-from fastload.stats import LoaderStats
+from fastload.stats import LoaderStats, batch_size_of
 from fastload.transfer import DeviceFeed, ImageLayout, Normalizer
-from fastload.tuning import batch_size_of
 from fastload.user_transforms import apply_batch_transform
 
 

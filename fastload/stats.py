@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
+
+import torch
 
 
 @dataclass
@@ -45,3 +48,14 @@ class LoaderStats:
             "wait_fraction": min(1.0, self.wait_s / wall) if wall > 0 else 0.0,
             "skipped": self.skipped,
         }
+
+
+def batch_size_of(batch: Any) -> int:
+    """Samples in a batch: the first dimension of its first tensor."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.size(0)) if batch.dim() else 1  # size(0), not shape: a nested tensor has no shape
+    if isinstance(batch, (tuple, list)) and batch:
+        return batch_size_of(batch[0])
+    if isinstance(batch, dict) and batch:
+        return batch_size_of(next(iter(batch.values())))
+    return 1

@@ -10,9 +10,7 @@ processes): workers would pickle it and its samples, which torch's default never
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -121,71 +119,3 @@ def _workers_for(mode: str, num_workers: int | str, cores: int) -> int:
         raise ValueError(f"mode={mode!r} decodes in this process: num_workers must be 0 or 'auto', "
                          f"not {num_workers!r} (or pass mode='processes')")
     return 0
-
-
-def tune(dataset: Dataset, *, batch_size: int, batches: int = 6, candidates: list[dict[str, Any]] | None = None,
-         **loader_kwargs: Any) -> LoaderSettings:
-    """Measure a short grid of settings on the real data and machine; return the fastest.
-
-    Each candidate runs ``batches`` batches after one warm-up batch and the batches its loader
-    holds ready by then; the result's reasons record every candidate's measured samples/s.
-    """
-    from fastload.loader import DataLoader
-
-    cores = available_cpus()
-    if candidates is None:
-        candidates = [{"num_workers": 0}, {"num_workers": "auto"}]
-        candidates += [{"num_workers": w, "prefetch_factor": p}
-                       for w in sorted({1, cores}) for p in (2, 4)]
-    results: list[tuple[float, LoaderSettings]] = []
-    for candidate in candidates:
-        loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, **loader_kwargs, **candidate)
-        settings = loader.settings
-        ahead = settings.num_workers * (settings.prefetch_factor or 0) + settings.prefetch_batches
-        results.append((_measure(loader, batches, ahead), settings))
-    rate, best = max(results, key=lambda r: r[0])
-    table = "; ".join(f"{s.mode}/{s.num_workers}w/pf{s.prefetch_factor}: {r:.0f}/s" for r, s in results)
-    return replace(best, reasons={**best.reasons, "tune": f"best of {len(results)}: {table}"})
-
-
-def _measure(loader: Any, batches: int, ahead: int = 0) -> float:
-    """Samples/s over ``batches`` batches after one warm-up batch and ``ahead`` more, the most
-    the loader can have ready by then (workers × prefetch_factor, or the prefetch thread's);
-    counting those would credit a deep queue with batches made during the warm-up (a short
-    grid then picked 2 workers × 4 at "1623/s" that ran at 1328/s against auto's 1606/s).
-    Epochs repeat when the dataset is shorter (0.0 only for a loader that yields nothing)."""
-
-    def endless() -> Iterator[Any]:
-        while True:
-            empty = True
-            for batch in loader:
-                empty = False
-                yield batch
-            if empty:
-                return
-
-    it = endless()
-    try:
-        next(it)  # warm-up: worker start, page cache, thread pools
-        for _ in range(ahead):
-            next(it)  # made while the warm-up ran: the queue is now down to what is made from here
-        count, started = 0, time.perf_counter()
-        for _ in range(batches):
-            batch = next(it)
-            count += len(batch[1]) if isinstance(batch, (tuple, list)) else batch_size_of(batch)
-        return count / (time.perf_counter() - started)
-    except StopIteration:
-        return 0.0
-    finally:
-        it.close()
-
-
-def batch_size_of(batch: Any) -> int:
-    """Samples in a batch: the first dimension of its first tensor."""
-    if isinstance(batch, torch.Tensor):
-        return int(batch.size(0)) if batch.dim() else 1  # size(0), not shape: a nested tensor has no shape
-    if isinstance(batch, (tuple, list)) and batch:
-        return batch_size_of(batch[0])
-    if isinstance(batch, dict) and batch:
-        return batch_size_of(next(iter(batch.values())))
-    return 1

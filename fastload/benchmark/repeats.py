@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
-from fastload.benchmark.runs import RunResult
+from fastload.benchmark.result import RunResult
 
 _WORST_FIRST = ("failed", "skipped", "partial", "ok")
 

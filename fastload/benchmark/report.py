@@ -62,7 +62,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from fastload.benchmark.runs import RunResult
+from fastload.benchmark.repeats import paired_ratio
+from fastload.benchmark.result import RunResult
+from fastload.benchmark.text import format_report
 from fastload.benchmark.stages import Stage
 from fastload.benchmark.verdict import Verdict
 
@@ -201,8 +203,6 @@ class BenchReport:
     def compute_speedups(self) -> None:
         """Decoded rows against the best torch row (by median); raw rows against the small-file
         reads; each ratio paired repeat by repeat (see :func:`~.repeats.paired_ratio`)."""
-        from fastload.benchmark.repeats import paired_ratio
-
         torch_rows = self.measured("baseline")
         best = max(torch_rows, key=lambda r: r.samples_per_s, default=None)
         raw = next((r for r in self.measured("raw") if r.source == "folder"), None)
@@ -229,8 +229,6 @@ class BenchReport:
         return out
 
     def table(self, markdown: bool = False) -> str:
-        from fastload.benchmark.text import format_report
-
         return format_report(self, markdown=markdown)
 
 

@@ -15,14 +15,16 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any
 
 from fastload.benchmark.monitor import MemoryPeak, Progress
-from fastload.tuning import batch_size_of
+from fastload.benchmark.repeats import combine
+from fastload.benchmark.result import RunKind, RunResult, Status
+from fastload.stats import batch_size_of
 
-RunKind = Literal["baseline", "fastload", "dali", "raw"]
-Status = Literal["ok", "partial", "skipped", "failed"]
+__all__ = ["Limits", "ModelStep", "RunKind", "RunResult", "RunSpec", "Status", "run_all", "timed_run"]
+
 ModelStep = Callable[[Any], None] | float | None
 """A stand-in training step: seconds to sleep (a GPU step leaves the CPU free), or a callable."""
 
@@ -50,35 +52,6 @@ class RunSpec:
     bytes_per_sample: float = 0.0  # mean record size: MB/s of a pipeline run
     batch_bytes: Callable[[Any], int] | None = None  # exact bytes of a raw-read batch
     prepare: Callable[[], None] | None = None  # before building (drop the page cache)
-
-
-@dataclass
-class RunResult:
-    """What one run measured; ``status`` says whether it finished, was cut short or never ran."""
-
-    name: str
-    kind: RunKind
-    source: str
-    status: Status = "ok"
-    samples: int = 0
-    batches: int = 0
-    seconds: float = 0.0
-    samples_per_s: float = 0.0
-    mb_per_s: float = 0.0
-    wait_fraction: float | None = None
-    peak_rss_mb: float | None = None
-    speedup: float | None = None
-    settings: str = ""
-    note: str | None = None
-    median: float | None = None  # samples/s over the repeats that delivered (samples_per_s too)
-    min: float | None = None
-    max: float | None = None
-    per_repeat: list[float] = field(default_factory=list)  # samples/s of each repeat, in order
-    per_repeat_mb_s: list[float] = field(default_factory=list)
-    loader: Any = field(default=None, repr=False, compare=False)  # kept for doctor, never serialised
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "loader"}
 
 
 def run_model_step(step: ModelStep, batch: Any) -> None:
@@ -154,8 +127,6 @@ def run_all(specs: Iterable[RunSpec], limits: Limits | Callable[[RunSpec], Limit
     Returns one result per contender that started (its repeats combined: median and range) and
     whether the series was interrupted.
     """
-    from fastload.benchmark.repeats import combine
-
     if repeats < 1:
         raise ValueError(f"repeats={repeats}: must be at least 1")
     specs = list(specs)

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from fastload.benchmark.result import RunResult
 from fastload.config import format_size
 
-if TYPE_CHECKING:
-    from fastload.benchmark.report import BenchReport
-    from fastload.benchmark.runs import RunResult
+
+class BenchReport(Protocol):
+    """What the text is made from: :class:`fastload.benchmark.report.BenchReport`'s fields (which
+    renders itself through this module, so this module does not import it)."""
+
+    command: str
+    config: dict[str, Any]
+    runs: list[RunResult]
+    ceilings: dict[str, Any] | None
+    stages: list[Any]
+    verdict: Any
+    interrupted: bool
+    notes: list[str]
+    reference: dict[str, str | None]
+    machine: dict[str, Any]
 
 
 def format_report(report: BenchReport, *, markdown: bool = False) -> str:

@@ -16,13 +16,10 @@ import struct
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fastload.errors import FastloadError
 from fastload.format.files import kind_of, read_regular
-
-if TYPE_CHECKING:
-    from fastload.storage.cache import NodeCache
 
 BLOCK = 64 * 1024
 """The unit of presence: bytes are kept, marked and evicted whole blocks at a time (one map byte each)."""
@@ -31,6 +28,16 @@ TOUCH_EVERY = 60.0
 """Seconds between two checks by one process's reads that an entry is still the cache's (and is used)."""
 
 _ABSENT = re.compile(rb"\x00+")
+
+
+class EntryOwner(Protocol):
+    """What an entry asks of the cache that made it (``fastload.storage.cache.NodeCache``)."""
+
+    directory: str
+
+    def _attach(self, name: str, key: str, size: int, dataset: str) -> _Files | None: ...
+
+    def bypass(self, what: str, exc: OSError) -> None: ...
 
 
 class BlocksMissing(FastloadError, LookupError):
@@ -44,7 +51,7 @@ class CacheEntry:
     Pickled or inherited through fork, an entry opens its files again in the new process.
     """
 
-    def __init__(self, cache: NodeCache, name: str, key: str, size: int, dataset: str, files: _Files) -> None:
+    def __init__(self, cache: EntryOwner, name: str, key: str, size: int, dataset: str, files: _Files) -> None:
         self.cache, self.name, self.key, self.size, self.dataset = cache, name, key, size, dataset
         self.path = os.path.join(cache.directory, name)
         self._files: _Files | None = files

@@ -294,7 +294,7 @@ def test_tune_measures_datasets_shorter_than_its_batches():
 def test_tune_leaves_the_batches_a_loader_holds_ready_out_of_its_measure():
     """After the warm-up batch a loader may hold workers x prefetch_factor batches made while
     it warmed up; they come at once and would inflate a deep queue's rate."""
-    from fastload.tuning import _measure
+    from fastload.tuner import _measure
 
     taken = []
 

@@ -15,7 +15,7 @@ import torch
 import fastload
 from fastload.collate import SkipCountedList, SkipCountedTuple, keep_skips
 from fastload.errors import CorruptRecordError, ManifestError, SkippedRecordWarning
-from fastload.tuning import batch_size_of
+from fastload.stats import batch_size_of
 
 from .conftest import RECORDS, shard_of
 
