@@ -93,7 +93,10 @@ def test_worker_memory_is_flat_over_epochs(tiny_dataset, tmp_path):
         for pid in pids)
     print(f"made {RECORDS} files in {timings['write_s']:.1f} s, packed in {timings['pack_s']:.1f} s; {report}")
     for pid in pids:
-        for kind in ("rss", "private"):
+        # The main process's "private" also counts pages it shared with its workers that a worker
+        # has since copied (a refcount touched in the child leaves the parent's page unshared): it
+        # rose 11 MB with RSS unchanged to the 0.1 MB in a run here. Its RSS is what it holds.
+        for kind in ("rss", "private") if pid in workers else ("rss",):
             assert seen[-1][pid][kind] - seen[0][pid][kind] <= MARGIN_MB, report
         if pid in workers:
             assert seen[-1][pid]["private"] - workers[pid] <= START_MARGIN_MB, report
