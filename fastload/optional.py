@@ -24,7 +24,7 @@ file downloader, which ``pip install fastload`` would install."""
 
 def extra_hint(extra: str) -> str:
     """How to install one of fastload's extras: from the clone fastload was installed from."""
-    return f"pip install -e '.[{extra}]' in fastload's clone ({DISTRIBUTION}[{extra}])"
+    return f"pip install -e '.[{extra}]' in fastload's clone (the {DISTRIBUTION} distribution)"
 
 
 def require(module: str, purpose: str) -> ModuleType:
