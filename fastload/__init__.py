@@ -17,6 +17,8 @@ from fastload.errors import (
 __version__ = "0.1.0"
 
 _LAZY = {
+    "pack": "converters.pack",  # the write side; installed as `converters` until the house moves it under fastload
+    "PackReport": "converters.report",
     "PackedDataset": "fastload.dataset",
     "DataLoader": "fastload.loader",
     "LoaderSettings": "fastload.tuning",
@@ -38,5 +40,5 @@ __all__ = [
     "BucketNotFound", "CacheWarning", "CorruptRecordError", "DataLoader", "DatasetNotFoundError", "FastloadError", "LoaderSettings",
     "ManifestError", "MissingDependencyError", "PackError", "PackedDataset", "RemoteAccessDenied", "RemoteNotFound",
     "RemoteReadError", "SkippedRecordWarning", "SourceError", "SourceNotFoundError", "VerifyReport", "__version__",
-    "describe", "tune", "verify",
+    "PackReport", "describe", "pack", "tune", "verify",
 ]

@@ -27,7 +27,7 @@ def test_the_signatures_the_api_page_writes_out_are_the_codes():
 
     from converters import pack
 
-    objects = {"converters.pack": pack, "fastload.PackedDataset": fastload.PackedDataset,
+    objects = {"converters.pack": pack, "fastload.pack": pack, "fastload.PackedDataset": fastload.PackedDataset,
                "fastload.verify": fastload.verify, "fastload.tune": fastload.tune,
                "fastload.describe": fastload.describe, "fastload.DataLoader": fastload.DataLoader}
     page = (REPO / "docs" / "python-api.md").read_text()
@@ -42,3 +42,12 @@ def test_the_signatures_the_api_page_writes_out_are_the_codes():
             assert key in parameters, f"{name}: no parameter {key!r}"
             if default:
                 assert ast.literal_eval(default) == parameters[key].default, f"{name}: {key}={default}"
+
+
+def test_pack_is_fastload_pack():
+    from converters.pack import pack
+    from converters.report import PackReport
+
+    assert fastload.pack is pack and fastload.PackReport is PackReport
+    assert {"pack", "PackReport"} <= set(fastload.__all__)
+
