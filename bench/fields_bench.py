@@ -56,7 +56,7 @@ def write_list(photos: Path, records: int, out: Path) -> None:
     """A JSONL list of the first ``records`` photos with random boxes, box labels, a caption and a mask."""
     import numpy as np
 
-    from converters.sources import list_source
+    from fastload.converters.sources import list_source
     from fastload.decode import image_size
 
     rng = np.random.default_rng(0)
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import fastload
-    from converters import pack
+    from fastload.converters import pack
     from fastload.benchmark.repeats import paired_ratio
     from fastload.benchmark.runs import Limits, RunSpec, run_all
 

@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 # run in a fresh interpreter: one pack, then its report as one JSON line
 PACK_CHILD = """
 import json, sys, time
-from converters import pack
+from fastload.converters import pack
 src, out, storage, shard_size, workers = sys.argv[1:6]
 start = time.perf_counter()
 report = pack(src, out, format=storage, shard_size=shard_size,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from converters.headers import JPEG_SOI, PNG_SIGNATURE, BadHeader, jpeg_header, png_header
+from fastload.converters.headers import JPEG_SOI, PNG_SIGNATURE, BadHeader, jpeg_header, png_header
 from fastload.config import MAX_PIXELS
 from fastload.decode import allow_in_pillow, over_limit
 

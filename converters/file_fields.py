@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from converters.checks import InvalidFile, check_image
-from converters.confine import ListRoot
-from converters.sources import Skip, SourceFile, SourceListing
+from fastload.converters.checks import InvalidFile, check_image
+from fastload.converters.confine import ListRoot
+from fastload.converters.sources import Skip, SourceFile, SourceListing
 from fastload.decode_files import npy_layout
 from fastload.errors import SourceError
 from fastload.format.files import open_regular

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from converters.sources import Layout, SourceListing, list_source
-from converters.store_source import list_store_source
+from fastload.converters.sources import Layout, SourceListing, list_source
+from fastload.converters.store_source import list_store_source
 from fastload.errors import SourceError
 
 
@@ -32,7 +32,7 @@ def list_to_pack(src: object, src_store: Any, src_path: Path | None, *, layout: 
     if sidecars:
         if listing.layout == "list":
             raise SourceError(f"{src}: --sidecars is for folders; a file list names its fields as columns")
-        from converters.sidecars import attach_sidecars
+        from fastload.converters.sidecars import attach_sidecars
 
         attach_sidecars(listing, on_error, sidecar_names)
     elif sidecar_names:
@@ -41,7 +41,7 @@ def list_to_pack(src: object, src_store: Any, src_path: Path | None, *, layout: 
         if listing.layout != "list":
             raise SourceError(f"{src}: --file-columns names columns of a CSV/JSONL file list; in a folder, "
                               "files that share a basename form one sample with --sidecars")
-        from converters.file_fields import attach_file_columns
+        from fastload.converters.file_fields import attach_file_columns
 
         attach_file_columns(listing, file_columns, options["max_file_size"], on_error)
     if options["reencode"] and options["reencode"]["max_side"] and listing.file_fields:

@@ -11,24 +11,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from converters.checks import InvalidFile, check_image
-from converters.file_fields import FileFacts, check_record_files
-from converters.finalize import finalize
-from converters.interrupt import interrupt_between_files
-from converters.listing import list_to_pack
-from converters.out_dir import (
+from fastload.converters.checks import InvalidFile, check_image
+from fastload.converters.file_fields import FileFacts, check_record_files
+from fastload.converters.finalize import finalize
+from fastload.converters.interrupt import interrupt_between_files
+from fastload.converters.listing import list_to_pack
+from fastload.converters.out_dir import (
     OutFolder, PackLock, inspect_out, prepare_out, remove_dataset, staging_path, swap_in,
 )
-from converters.plan import Journal, JournalWriteError, ShardPlan, plan_digest, plan_shards, stamps_digest
-from converters.readahead import (
+from fastload.converters.plan import Journal, JournalWriteError, ShardPlan, plan_digest, plan_shards, stamps_digest
+from fastload.converters.readahead import (
     PixelBudget, fetch_in_order, give_back_large_blocks, map_in_order, read_in_order,
 )
-from converters.reencode import reencode_jpeg
-from converters.restarts import check_available, with_restart_markers
-from converters.report import PackReport, already_packed, progress_bar, write_error
-from converters.sources import IMAGE_EXTENSIONS, Layout, SourceItem, SourceListing, normalize_extensions
-from converters.writers import WRITERS
-from converters.writers.behind import WriteBehind, WriteFailed
+from fastload.converters.reencode import reencode_jpeg
+from fastload.converters.restarts import check_available, with_restart_markers
+from fastload.converters.report import PackReport, already_packed, progress_bar, write_error
+from fastload.converters.sources import IMAGE_EXTENSIONS, Layout, SourceItem, SourceListing, normalize_extensions
+from fastload.converters.writers import WRITERS
+from fastload.converters.writers.behind import WriteBehind, WriteFailed
 from fastload.config import MAX_FILE_SIZE, MAX_PIXELS, available_cpus, parse_size
 from fastload.decode import pixel_limit
 from fastload.errors import PackError, SourceError
@@ -111,7 +111,7 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
     plans = plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts})
     job = _PackJob(listing, plans, options, exts, progress, src_store)
     if out_path is None:
-        from converters.upload import pack_to_store
+        from fastload.converters.upload import pack_to_store
 
         report = pack_to_store(job, RemoteStore(str(out), storage_options), staging, overwrite)
     else:

@@ -10,7 +10,7 @@ from typing import Any
 
 import xxhash
 
-from converters.sources import SourceItem
+from fastload.converters.sources import SourceItem
 from fastload.format import PACK_STATE_DIR, write_atomically
 from fastload.format.files import ensure_dir, read_regular
 

@@ -6,7 +6,7 @@ import io
 
 from PIL import Image
 
-from converters.checks import InvalidFile
+from fastload.converters.checks import InvalidFile
 
 
 def reencode_jpeg(data: bytes, *, max_side: int | None, quality: int) -> tuple[bytes, int, int]:

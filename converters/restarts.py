@@ -7,7 +7,7 @@ exactly, so every decoder gives the same pixels as from the source file.
 
 from __future__ import annotations
 
-from converters.headers import JPEG_SOI
+from fastload.converters.headers import JPEG_SOI
 
 try:
     from fastload._jpeg_region import RegionDecodeError, add_restart_markers

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from converters.sources import Skip, SourceItem, SourceListing, _field, check_field_names
+from fastload.converters.sources import Skip, SourceItem, SourceListing, _field, check_field_names
 from fastload.errors import SourceError
 from fastload.format.files import read_regular
 from fastload.format.layout import RESERVED_FIELD_NAMES
@@ -83,7 +83,7 @@ def attach_sidecars(listing: SourceListing, on_error: str, names: dict[str, str]
 def _attach_file_sidecars(listing: SourceListing, on_error: str, rename: dict[str, str]) -> list[str]:
     """Images and ``.npy`` files sharing an image's basename become its file fields (named by
     extension, or as ``rename`` says: the entries used are taken out of it); returns their names."""
-    from converters.file_fields import first_type, source_file
+    from fastload.converters.file_fields import first_type, source_file
 
     groups: dict[str, list[SourceItem]] = {}
     for item in listing.items:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from converters.confine import ListRoot
+from fastload.converters.confine import ListRoot
 from fastload.errors import SourceError, SourceNotFoundError
 from fastload.format.files import kernel_refusal, kind_of
 from fastload.format.layout import IMAGE_EXTENSIONS, field_name_problem

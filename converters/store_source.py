@@ -7,7 +7,7 @@ from typing import Any
 
 import xxhash
 
-from converters.sources import (
+from fastload.converters.sources import (
     Layout, SourceItem, SourceListing, _problem, _suffix, check_found, choose_layout,
 )
 from fastload.errors import SourceError, SourceNotFoundError

@@ -27,10 +27,10 @@ from typing import Any
 
 import xxhash
 
-from converters.out_dir import PackLock, claim_staging, dataset_entries, inspect_out, remove_dataset
-from converters.plan import plan_digest
-from converters.report import PackReport, already_packed, progress_bar
-from converters.store_lease import StoreLease, put_conditional
+from fastload.converters.out_dir import PackLock, claim_staging, dataset_entries, inspect_out, remove_dataset
+from fastload.converters.plan import plan_digest
+from fastload.converters.report import PackReport, already_packed, progress_bar
+from fastload.converters.store_lease import StoreLease, put_conditional
 from fastload.config import cache_dir
 from fastload.errors import FastloadError, ManifestError, PackError
 from fastload.format import MANIFEST_NAME, SKIPPED_REPORT_NAME, Manifest, read_manifest

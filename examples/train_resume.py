@@ -40,7 +40,7 @@ def make_dataset(folder: Path, count: int) -> Path:
         rows.append(f"{i:04d}.jpg,{i}")
     (folder / "list.csv").write_text("\n".join(rows) + "\n")
 
-    from converters import pack  # the library call behind `fastload pack`
+    from fastload.converters import pack  # the library call behind `fastload pack`
 
     out = folder.with_suffix(".fl")
     pack(folder / "list.csv", out, progress=False)

@@ -17,8 +17,8 @@ from fastload.errors import (
 __version__ = "0.1.0"
 
 _LAZY = {
-    "pack": "converters.pack",  # the write side; installed as `converters` until the house moves it under fastload
-    "PackReport": "converters.report",
+    "pack": "fastload.converters.pack",  # the write side; installed as `converters` until the house moves it under fastload
+    "PackReport": "fastload.converters.report",
     "PackedDataset": "fastload.dataset",
     "DataLoader": "fastload.loader",
     "LoaderSettings": "fastload.tuning",

@@ -33,7 +33,7 @@ def _copied(packed: dict) -> str:
 
 
 def _pack(args: argparse.Namespace) -> int:
-    from converters import pack
+    from fastload.converters import pack
 
     report = pack(args.src, args.out, format=args.format, shard_size=args.shard_size, workers=args.workers,
                   extensions=args.extensions, on_error=args.on_error, max_side=args.max_side,

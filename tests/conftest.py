@@ -116,7 +116,7 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Pa
 
     Session-scoped and read-only: tests that damage a dataset copy it first (``copy_dataset``).
     """
-    from converters import pack
+    from fastload.converters import pack
 
     made: dict[str, tuple[Path, dict[str, bytes]]] = {}
     base = tmp_path_factory.mktemp("packed")
@@ -226,7 +226,7 @@ def run_unprivileged(argv: list[object]) -> CliResult:
     to uid/gid 65534 (nobody) first, so a chmod 000 file really is unreadable to it. Forking after
     the imports means the child needs no access to the checkout or the virtual environment.
     """
-    import converters.pack  # noqa: F401  (everything the child runs is imported before the fork)
+    import fastload.converters.pack  # noqa: F401  (everything the child runs is imported before the fork)
     import fastload.cli
 
     Image.init()

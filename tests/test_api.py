@@ -25,9 +25,9 @@ def test_the_signatures_the_api_page_writes_out_are_the_codes():
     import ast
     import re
 
-    from converters import pack
+    from fastload.converters import pack
 
-    objects = {"converters.pack": pack, "fastload.pack": pack, "fastload.PackedDataset": fastload.PackedDataset,
+    objects = {"fastload.converters.pack": pack, "fastload.pack": pack, "fastload.PackedDataset": fastload.PackedDataset,
                "fastload.verify": fastload.verify, "fastload.tune": fastload.tune,
                "fastload.describe": fastload.describe, "fastload.DataLoader": fastload.DataLoader}
     page = (REPO / "docs" / "python-api.md").read_text()
@@ -45,8 +45,8 @@ def test_the_signatures_the_api_page_writes_out_are_the_codes():
 
 
 def test_pack_is_fastload_pack():
-    from converters.pack import pack
-    from converters.report import PackReport
+    from fastload.converters.pack import pack
+    from fastload.converters.report import PackReport
 
     assert fastload.pack is pack and fastload.PackReport is PackReport
     assert {"pack", "PackReport"} <= set(fastload.__all__)

@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 import fastload
-from converters import pack
+from fastload.converters import pack
 from fastload.errors import CorruptRecordError
 
 SEED, N = 11, 24

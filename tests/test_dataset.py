@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from converters import pack
+from fastload.converters import pack
 from fastload import CorruptRecordError, PackedDataset
 from fastload.verifier import verify
 from tests.conftest import copy_dataset, flip_payload_byte, imagefolder_files, write_tree

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import fastload
-from converters import pack
+from fastload.converters import pack
 from fastload.errors import CorruptRecordError
 
 

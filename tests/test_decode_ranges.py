@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 import fastload
-from converters import pack
+from fastload.converters import pack
 from fastload.decode import decode_crop, decode_rgb, image_size, pixel_limit
 from fastload.errors import CorruptRecordError, SkippedRecordWarning
 from fastload.format import file_digest, read_manifest

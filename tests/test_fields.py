@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import fastload
-from converters import pack
+from fastload.converters import pack
 from tests.conftest import make_jpeg
 
 ROWS = [{"path": f"{i}.jpg", "label": i % 2, "boxes": [[i, k, i + 10, k + 20] for k in range(i % 3)],

@@ -13,10 +13,12 @@ PACKAGES = ("fastload", "converters")
 
 
 def _modules() -> dict[str, Path]:
+    """Every module by the name it is imported as (converters/ is installed as fastload.converters)."""
     found = {}
     for package in PACKAGES:
         for path in (REPO / package).rglob("*.py"):
             parts = path.relative_to(REPO).with_suffix("").parts
+            parts = ("fastload", *parts) if package == "converters" else parts
             found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
@@ -85,9 +87,31 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_module_imports_one_that_imports_it_back():
     modules = _modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
-    assert len(graph) > 50 and graph["fastload.loader"]  # the walk found the tree and its imports
+    assert len(graph) > 50 and graph["fastload.loader"] and graph["fastload.converters.pack"]  # found the tree
     assert _cycles(graph) == []
 
 
 def test_the_cycle_finder_finds_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_every_package_is_installed_and_under_the_fastload_name():
+    """setup.cfg lists every package of the tree (converters/ as fastload.converters), and no code
+    imports a top-level ``converters``: installed, it would not exist."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+    listed = set(config["options"]["packages"].split())
+    found = {".".join(("fastload", *p.parent.relative_to(REPO).parts)) if p.parts[len(REPO.parts)] == "converters"
+             else ".".join(p.parent.relative_to(REPO).parts)
+             for package in PACKAGES for p in (REPO / package).rglob("__init__.py")}
+    assert listed == found
+    assert config["options"]["package_dir"].split() == ["fastload.converters", "=", "converters"]
+    modules = _modules()
+    top_level = [f"{name}: {path}" for name, path in modules.items()
+                 for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, (ast.Import, ast.ImportFrom))
+                 and any((getattr(node, "module", None) or alias.name).split(".")[0] == "converters"
+                         for alias in node.names)]
+    assert not top_level, top_level

@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 import fastload
-from converters import pack
+from fastload.converters import pack
 from fastload.errors import CorruptRecordError
 from tests.test_boxes import picture
 

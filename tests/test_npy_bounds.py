@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fastload
-from converters import pack
+from fastload.converters import pack
 from fastload.decode_files import decode_npy
 from fastload.errors import CorruptRecordError, SkippedRecordWarning, SourceError
 from fastload.file_fields import decode_file_field

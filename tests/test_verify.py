@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from converters import pack
+from fastload.converters import pack
 from fastload import DatasetNotFoundError, ManifestError
 from fastload.format import read_manifest
 from fastload.verifier import BadRecord, VerifyReport, verify

@@ -1,7 +1,7 @@
 """Shard writers by storage kind (a plain registry)."""
 
-from converters.writers.hdf5 import HDF5ShardWriter
-from converters.writers.lmdb import LMDBShardWriter
+from fastload.converters.writers.hdf5 import HDF5ShardWriter
+from fastload.converters.writers.lmdb import LMDBShardWriter
 
 WRITERS = {"lmdb": LMDBShardWriter, "hdf5": HDF5ShardWriter}
 

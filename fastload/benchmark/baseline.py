@@ -44,7 +44,7 @@ class ImageFolderBaseline(torch.utils.data.Dataset):
     @classmethod
     def from_folder(cls, root: str | os.PathLike[str], image_size: int = 224) -> ImageFolderBaseline:
         """Every image below ``root`` in ``fastload pack``'s record order (ImageFolder or flat)."""
-        from converters.sources import list_source
+        from fastload.converters.sources import list_source
 
         listing = list_source(Path(root))
         return cls([(str(item.path), item.label) for item in listing.items], image_size, root)

@@ -49,7 +49,7 @@ class StoreObjects(ImageFolderBaseline):
     def from_store(cls, url: str, storage_options: dict[str, Any] | None,
                    image_size: int = 224) -> StoreObjects:
         """Every image object under ``url`` in ``fastload pack``'s record order (ImageFolder or flat)."""
-        from converters.store_source import list_store_source
+        from fastload.converters.store_source import list_store_source
         from fastload.storage.remote import RemoteStore
 
         store = RemoteStore(url, storage_options)

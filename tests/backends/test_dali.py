@@ -65,7 +65,7 @@ DEVICES = ["cpu", GPU]
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory) -> dict[str, Path]:
     """The id datasets (label = record number, 48-159 px, every 5th a PNG) in both storages."""
-    from converters import pack
+    from fastload.converters import pack
 
     base = tmp_path_factory.mktemp("dali-data")
     listing = write_id_list(base / "pictures", ID_RECORDS)
@@ -413,7 +413,7 @@ def test_unsupported_datasets_point_to_the_built_in_pipeline(packed):
 @pytest.fixture(scope="module")
 def undecodable(tmp_path_factory) -> tuple[Path, int]:
     """A dataset whose record 7 passes pack's header check but has a broken Huffman table."""
-    from converters import pack
+    from fastload.converters import pack
 
     base = tmp_path_factory.mktemp("dali-bad")
     listing = write_id_list(base / "pictures", 12, sizes=[(64, 48)], png_every=0)

@@ -21,7 +21,7 @@ def photo_files(count_per_class: int = PER_CLASS) -> dict[str, bytes]:
 @pytest.fixture(scope="session")
 def photos(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """``photos("folder" | "lmdb" | "hdf5")`` → the folder, or its packed copy (made once, read-only)."""
-    from converters import pack
+    from fastload.converters import pack
 
     base = tmp_path_factory.mktemp("bench-data")
     folder = base / "images"

@@ -17,7 +17,7 @@ EMPTY, CUT = "c0/empty.jpg", "c1/cut.jpg"
 @pytest.fixture(scope="module")
 def broken(tmp_path_factory):
     """A folder of 12 good JPEGs, one 0-byte and one truncated; and its pack (--on-error skip)."""
-    from converters import pack
+    from fastload.converters import pack
 
     folder = tmp_path_factory.mktemp("broken") / "images"
     write_tree(folder, {**photo_files(4), EMPTY: b"", CUT: make_jpeg(96, 72, seed=7)[:300]})

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import fastload
-from converters import pack
+from fastload.converters import pack
 from fastload.errors import SourceError
 from tests.conftest import make_jpeg
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from converters import pack
+from fastload.converters import pack
 from fastload import PackedDataset, PackError, SourceError
 from fastload.format import read_manifest
 from fastload.verifier import verify

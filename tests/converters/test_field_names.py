@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fastload
-from converters import pack
+from fastload.converters import pack
 from fastload.errors import ManifestError, SourceError
 from fastload.format.layout import MAX_FIELD_NAME_BYTES
 from tests.conftest import load_manifest_json, make_jpeg, save_manifest_json, write_tree

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 import fastload
-from converters import pack
+from fastload.converters import pack
 from fastload.errors import SourceError
 from fastload.verifier import verify
 from tests.conftest import make_jpeg

@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 import fastload
-from converters import pack
-from converters.checks import MAX_SIDE, InvalidFile, check_image
+from fastload.converters import pack
+from fastload.converters.checks import MAX_SIDE, InvalidFile, check_image
 from fastload.errors import SourceError
 from fastload.format.layout import COLUMNS
 from tests.conftest import make_jpeg, write_tree

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from converters import pack
-from converters.sources import Skip, list_source
+from fastload.converters import pack
+from fastload.converters.sources import Skip, list_source
 from fastload import PackedDataset, SourceError
 from tests.conftest import make_jpeg, write_tree
 

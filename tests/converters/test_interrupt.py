@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from converters.interrupt import interrupt_between_files
+from fastload.converters.interrupt import interrupt_between_files
 
 
 def ctrl_c() -> None:

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from converters import pack
+from fastload.converters import pack
 from fastload.errors import SourceError
 from tests.conftest import make_jpeg, write_tree
 from tests.converters.test_file_fields import mask_png

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from converters import default_out, pack
+from fastload.converters import default_out, pack
 from fastload import PackedDataset, SourceError
 from fastload.verifier import verify
 from fastload.format import read_manifest, shard_name

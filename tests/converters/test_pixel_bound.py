@@ -12,7 +12,7 @@ from tests.conftest import REPO
 
 _CHILD = """
 import resource, sys
-from converters import pack
+from fastload.converters import pack
 report = pack(sys.argv[1], sys.argv[2], workers=8, check="decode", progress=False)
 print(report.num_records, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """

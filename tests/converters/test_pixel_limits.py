@@ -9,7 +9,7 @@ import io
 import pytest
 from PIL import Image
 
-from converters import pack
+from fastload.converters import pack
 from fastload.errors import SourceError
 from tests.conftest import make_jpeg, make_png, write_tree
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from converters import pack
+from fastload.converters import pack
 from fastload import DataLoader, PackedDataset
 from fastload.decode import REGION_DECODE
 from fastload.format import read_manifest

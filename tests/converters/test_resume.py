@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from converters import pack
-from converters.out_dir import prepare_out
+from fastload.converters import pack
+from fastload.converters.out_dir import prepare_out
 from fastload import PackedDataset
 from fastload.errors import PackError
 from fastload.format import shard_name

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 import fastload
-from converters import pack
+from fastload.converters import pack
 from fastload.errors import SourceError
 from tests.conftest import make_jpeg
 

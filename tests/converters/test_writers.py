@@ -9,10 +9,10 @@ import h5py
 import numpy as np
 import pytest
 
-from converters import pack
-from converters.writers import WRITERS
-from converters.writers.behind import WriteBehind, WriteFailed
-from converters.writers.hdf5 import _SLACK_BYTES
+from fastload.converters import pack
+from fastload.converters.writers import WRITERS
+from fastload.converters.writers.behind import WriteBehind, WriteFailed
+from fastload.converters.writers.hdf5 import _SLACK_BYTES
 from fastload import PackedDataset
 from fastload.format import HDF5_DATA, HDF5_OFFSETS
 from fastload.verifier import verify

@@ -248,7 +248,7 @@ def test_string_offsets_outside_the_blob_are_refused(dataset):
 
 def test_a_file_field_pointing_outside_its_shard_is_refused(tmp_path):
     """A file field's places are checked as the records' own are, naming the field."""
-    from converters import pack
+    from fastload.converters import pack
     from tests.conftest import make_jpeg, make_png
 
     (tmp_path / "a.jpg").write_bytes(make_jpeg(32, 24))

@@ -14,7 +14,7 @@ from .helpers import ID_RECORDS, write_id_list
 def id_packed(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """``id_packed(storage)`` → a packed dataset of ``ID_RECORDS`` pictures (several shards) whose
     label is the record number. Session-scoped and read-only."""
-    from converters import pack
+    from fastload.converters import pack
 
     base = tmp_path_factory.mktemp("loader-data")
     listing = write_id_list(base / "pictures", ID_RECORDS)

@@ -40,7 +40,7 @@ def reduced(width: int, height: int, fmt: str) -> bool:
 
 @pytest.fixture(scope="module")
 def eval_set(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]:
-    from converters import pack
+    from fastload.converters import pack
 
     base = tmp_path_factory.mktemp("eval")
     rows, sources = ["path,label"], []

@@ -52,7 +52,7 @@ def memory_mb(pid: int) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def tiny_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, float]]:
     """200,000 distinct 16-byte files packed into one HDF5 shard, and how long making them took."""
-    from converters import pack
+    from fastload.converters import pack
 
     base = tmp_path_factory.mktemp("tiny")
     started = time.perf_counter()

@@ -20,7 +20,7 @@ RECORDS = 40  # labels are record numbers 0..39; several shards of a few records
 def id_set(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """``id_set(storage)`` → a read-only packed dataset of ``RECORDS`` pictures (JPEG and PNG,
     48-160 px) in several shards, whose label is the record number."""
-    from converters import pack
+    from fastload.converters import pack
 
     base = tmp_path_factory.mktemp("reliability")
     listing = write_id_list(base / "pictures", RECORDS)
@@ -61,7 +61,7 @@ def corrupt_png_body(data: bytes) -> bytes:
 def undecodable(tmp_path: Path) -> Callable[..., Path]:
     """``undecodable(*records, storage="lmdb")`` → a fresh pack of the id pictures in which each of
     ``records`` (PNGs: record numbers 4, 9, 14, ...) has intact bytes that do not decode."""
-    from converters import pack
+    from fastload.converters import pack
 
     def make(*records: int, storage: str = "lmdb") -> Path:
         listing = write_id_list(tmp_path / "pictures", RECORDS)

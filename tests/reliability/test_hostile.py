@@ -140,7 +140,7 @@ def png_header(width: int, height: int) -> bytes:
 def bomb_dataset(tmp_path, monkeypatch) -> Path:
     """A dataset holding a 40000x40000 PNG of a few hundred bytes among ordinary JPEGs, packed as a
     hostile tool would (pack's own bomb checks turned off)."""
-    from converters import pack
+    from fastload.converters import pack
 
     write_tree(tmp_path / "src", {"a.jpg": make_jpeg(seed=1), "b.png": png_header(40_000, 40_000),
                                   "c.jpg": make_jpeg(seed=2)})
@@ -164,7 +164,7 @@ def test_a_decompression_bomb_is_refused_at_read_time(bomb_dataset, image_size):
 
 
 def test_max_pixels_refuses_big_images_and_skip_counts_them(tmp_path):
-    from converters import pack
+    from fastload.converters import pack
 
     write_tree(tmp_path / "src", {"big.jpg": make_jpeg(400, 300, seed=1),
                                   "small.jpg": make_jpeg(40, 30, seed=2)})

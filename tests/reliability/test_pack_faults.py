@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from converters import pack
+from fastload.converters import pack
 from fastload.format import PACK_LOCK_NAME
 from tests.conftest import (
     fastload_command, make_jpeg, many_small_jpegs, run_fastload, with_comment, write_tree,

@@ -30,7 +30,7 @@ RSS_MARGIN_MB = 16
 @pytest.fixture(scope="module")
 def both_storages(tmp_path_factory) -> tuple[Path, Path]:
     """2000 small JPEGs packed twice: LMDB and HDF5, ~60 shards each."""
-    from converters import pack
+    from fastload.converters import pack
 
     base = tmp_path_factory.mktemp("soak")
     many_small_jpegs(base / "src", 2000)

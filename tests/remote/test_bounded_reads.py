@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from converters import pack
+from fastload.converters import pack
 from fastload.errors import RemoteReadError
 from fastload.storage.remote import RemoteStore
 from fastload.storage.retry import RetryPolicy

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from converters import pack
+from fastload.converters import pack
 from fastload import PackedDataset
 from fastload.errors import ManifestError
 from fastload.storage.remote import RemoteStore

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from converters import pack
+from fastload.converters import pack
 from fastload.benchmark import bench, doctor
 from fastload.benchmark.far import store_rows
 from fastload.benchmark.runs import Limits, run_all

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from converters import pack
+from fastload.converters import pack
 from fastload import PackedDataset
 from fastload.errors import (
     CorruptRecordError, DatasetNotFoundError, ManifestError, RemoteAccessDenied, RemoteReadError,

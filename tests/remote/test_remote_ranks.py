@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converters import pack
+from fastload.converters import pack
 from fastload import PackedDataset
 from fastload.sampling import epoch_order
 from fastload.storage.cache import BLOCK

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from converters import pack
+from fastload.converters import pack
 from fastload import BucketNotFound, PackedDataset, RemoteReadError
 from fastload.storage.remote import RemoteStore
 from fastload.storage.retry import RetryPolicy
