@@ -117,12 +117,18 @@ def attach_file_columns(listing: SourceListing, columns: tuple[str, ...], max_fi
         if listing.fields[name] != "str":
             raise SourceError(f"{listing.root}: column {name!r} holds {listing.fields[name]} values, not paths; "
                               "--file-columns names columns of file paths")
-    keep = []
+    keep, located = [], []  # the rows kept, and the files each names (one per column)
     for k, item in enumerate(listing.items):
-        reason = next(filter(None, (_column_problem(confine, name, listing.field_values[name][k])
-                                    for name in columns)), None)
+        paths: list[Path] = []
+        reason = None
+        for name in columns:
+            path, reason = _column_file(confine, name, listing.field_values[name][k])
+            if reason is not None:
+                break
+            paths.append(path)  # type: ignore[arg-type]
         if reason is None:
             keep.append(k)
+            located.append(paths)
         elif on_error != "skip":
             raise SourceError(f"{item.path}: {reason}; fix its row, or pass --on-error skip")
         else:
@@ -130,22 +136,22 @@ def attach_file_columns(listing: SourceListing, columns: tuple[str, ...], max_fi
     if len(keep) < len(listing.items):
         listing.items = [listing.items[k] for k in keep]
         listing.field_values = {name: [v[k] for k in keep] for name, v in listing.field_values.items()}
-    for name in columns:
+    for column, name in enumerate(columns):
         values = listing.field_values.pop(name)
         del listing.fields[name]
         for k, (item, raw) in enumerate(zip(listing.items, values)):
-            path, _ = confine.locate(raw)
             rel = Path(os.path.normpath(raw)).as_posix()
-            listing.items[k] = replace(item, files=(*item.files, source_file(path, rel, max_file_size)))
+            file = source_file(located[k][column], rel, max_file_size)
+            listing.items[k] = replace(item, files=(*item.files, file))
         listing.file_fields[name] = first_type(listing, len(listing.file_fields), name)
 
 
-def _column_problem(confine: ListRoot, name: str, raw: str) -> str | None:
-    """Why a row's file column ``name`` holding ``raw`` cannot be packed, or None."""
+def _column_file(confine: ListRoot, name: str, raw: str) -> tuple[Path | None, str | None]:
+    """The file a row's column ``name`` names (``raw``), or why it cannot be packed."""
     if not raw:
-        return f"its row has no {name!r} file; every row needs one"
-    _, outside = confine.locate(raw)
-    return None if outside is None else f"its {name!r} file {raw!r} {outside}"
+        return None, f"its row has no {name!r} file; every row needs one"
+    path, outside = confine.locate(raw)
+    return (path, None) if outside is None else (None, f"its {name!r} file {raw!r} {outside}")
 
 
 def source_file(path: Path, rel: str, max_file_size: int | None) -> SourceFile:
