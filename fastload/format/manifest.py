@@ -10,10 +10,10 @@ from typing import Any
 
 from fastload.errors import DatasetNotFoundError, ManifestError
 from fastload.format.files import read_regular, write_new
-from fastload.format.layout import split_generation
 from fastload.format.layout import (
     COLUMNS, FIELD_DTYPES, FILE_TYPES, FORMAT_NAME, FORMAT_VERSION, INDEX_DIR, MANIFEST_NAME, SHARD_NAME,
     SHARD_SUFFIX, STORAGE_KINDS, StorageKind, field_columns, field_name_problem, is_field_dtype,
+    split_generation,
 )
 
 
@@ -160,8 +160,9 @@ def parse_manifest(text: str, where: str) -> Manifest:
         at = f"{where}: shards[{i}]"
         _require(isinstance(s, dict), at, "must be an object")
         name = _safe_name(_str(s.get("file"), at, "file"), at)
-        generations.add(split_generation(name)[0])
-        match = SHARD_NAME.match(split_generation(name)[1])
+        generation, base = split_generation(name)
+        generations.add(generation)
+        match = SHARD_NAME.match(base)
         _require(match is not None and int(match.group(1)) == i
                  and name.endswith(SHARD_SUFFIX[storage]), at,
                  f"file {name!r} is not the expected shard name for position {i}")
@@ -197,8 +198,9 @@ def parse_manifest(text: str, where: str) -> Manifest:
         at = f"{where}: index[{column!r}]"
         _require(isinstance(entry, dict), at, "must be an object")
         name = _safe_name(_str(entry.get("file"), at, "file"), at)
-        generations.add(split_generation(name)[0])
-        _require(split_generation(name)[1].startswith(INDEX_DIR + "/") and name.endswith(".npy"), at,
+        generation, base = split_generation(name)
+        generations.add(generation)
+        _require(base.startswith(INDEX_DIR + "/") and name.endswith(".npy"), at,
                  f"file {name!r} must be an .npy file under {INDEX_DIR}/")
         index[column] = IndexFile(file=name, dtype=_str(entry.get("dtype"), at, "dtype"),
                                   digest=_str(entry.get("digest"), at, "digest"))
