@@ -10,7 +10,7 @@ Layout of the cache folder (one entry per remote file version; ``<name>`` is the
     .tmp-<name>-<pid>/      an entry being made, renamed to ``<name>/`` once whole
 
 An entry costs its whole size from the moment it is admitted, so concurrent writers never take the
-cache past its limit, and its blocks are reserved on the disk then (``posix_fallocate``), so a full
+cache past its limit, and its blocks are reserved on the disk then (``fallocate(2)``), so a full
 disk refuses the admission instead of failing a write later, or killing the process with SIGBUS on a
 store into a page of the mapped block map (tmpfs). Data is written first and its blocks marked present after, so a process killed
 mid-write leaves blocks unmarked (fetched again), never marked but wrong; the caller still checks each
