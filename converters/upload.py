@@ -65,7 +65,9 @@ def pack_to_store(job: Any, store: RemoteStore, staging: str | os.PathLike[str] 
         ours = _fastloads(store, objects, old, lease.generations)
         listed = dataset_entries(old) if old is not None else set()
         # objects of packs that died here: ours to delete, unless a published manifest lists them
-        store.remove([n for n in ours if _generation(n) in lease.generations[1:] and n not in listed])
+        dead = {n for n in ours if _generation(n) in lease.generations[1:] and n not in listed}
+        store.remove(sorted(dead))
+        ours = [n for n in ours if n not in dead]
         if old is not None and job.same_pack(old):
             return already_packed(store.url, old)
         _check_replaceable(store, old, overwrite)
