@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 import fastload
-from fastload._jpeg_region import decode_region
-from fastload.decode import _scaled_box, decode_crop, decode_rgb, draft_scale, image_size
-from fastload.pipeline import ImagePipeline
+from fastload.decode._jpeg_region import decode_region
+from fastload.decode.images import _scaled_box, decode_crop, decode_rgb, draft_scale, image_size
+from fastload.decode.pipeline import ImagePipeline
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

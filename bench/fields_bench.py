@@ -56,8 +56,8 @@ def write_list(photos: Path, records: int, out: Path) -> None:
     """A JSONL list of the first ``records`` photos with random boxes, box labels, a caption and a mask."""
     import numpy as np
 
-    from fastload.converters.sources import list_source
-    from fastload.decode import image_size
+    from fastload.converters.sources.folders import list_source
+    from fastload.decode.images import image_size
 
     rng = np.random.default_rng(0)
     lines = []

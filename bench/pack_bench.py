@@ -120,7 +120,7 @@ def run_tar(src: Path, out: Path) -> dict[str, float]:
 
 
 def run_pack(src: Path, out: Path, storage: str, args: argparse.Namespace) -> dict:
-    """One ``converters.pack`` in a fresh process; its report, with ``seconds`` around the call."""
+    """One ``converters.packing.loop`` in a fresh process; its report, with ``seconds`` around the call."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
     workers = "auto" if args.workers is None else str(args.workers)

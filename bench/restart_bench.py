@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 import fastload
-from fastload.decode import decode_crop, image_size
-from fastload.pipeline import ImagePipeline
+from fastload.decode.images import decode_crop, image_size
+from fastload.decode.pipeline import ImagePipeline
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

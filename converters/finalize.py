@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from fastload.converters.report import PackReport, write_skipped_report
-from fastload.converters.sources import IMAGE_EXTENSIONS, Skip
+from fastload.converters.packing.report import PackReport, write_skipped_report
+from fastload.converters.sources.folders import IMAGE_EXTENSIONS, Skip
 from fastload.errors import PackError
 from fastload.format import (
     FIELD_PREFIX, PACK_STATE_DIR, SKIPPED_REPORT_NAME, Manifest, ShardInfo, StorageKind, encode_arrays,

@@ -17,12 +17,12 @@ from fastload.errors import (
 __version__ = "0.1.0"
 
 _LAZY = {
-    "pack": "fastload.converters.pack",  # the write side; installed as `converters` until the house moves it under fastload
-    "PackReport": "fastload.converters.report",
+    "pack": "fastload.converters.packing.loop",  # the write side, from the repository's converters/ folder
+    "PackReport": "fastload.converters.packing.report",
     "PackedDataset": "fastload.dataset",
-    "DataLoader": "fastload.loader",
-    "LoaderSettings": "fastload.tuning",
-    "tune": "fastload.tuner",
+    "DataLoader": "fastload.loading.loader",
+    "LoaderSettings": "fastload.loading.settings",
+    "tune": "fastload.loading.tuner",
     "verify": "fastload.verifier",
     "VerifyReport": "fastload.verifier",
     "describe": "fastload.summary",

@@ -107,7 +107,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     from fastload.dataset import PackedDataset
-    from fastload.tuner import tune
+    from fastload.loading.tuner import tune
 
     dataset = PackedDataset(args.path, image_size=args.image_size, train=not args.eval,
                             storage_options=_storage_options(args))

@@ -11,19 +11,19 @@ from typing import Any, Literal
 import numpy as np
 import torch.utils.data
 
-from fastload.collate import ImageBatch, SkipCountedList
+from fastload.samples.collate import ImageBatch, SkipCountedList
 from fastload.config import CACHE_LIMIT, available_cpus
-from fastload.decode import MAX_PIXELS, decode_rgb, pixel_limit
-from fastload.decode_files import FileDecode, check_decode, decoder_for
-from fastload.epoch_sampler import SampleKey
+from fastload.decode.images import MAX_PIXELS, decode_rgb, pixel_limit
+from fastload.decode.files import FileDecode, check_decode, decoder_for
+from fastload.sampling.epoch_sampler import SampleKey
 from fastload.errors import CorruptRecordError, SkippedRecordWarning
 from fastload.format import Manifest, RecordIndex
-from fastload.fields import SampleFields
-from fastload.pipeline import ImagePipeline, ThreadDecoder, decode_batch
+from fastload.samples.fields import SampleFields
+from fastload.decode.pipeline import ImagePipeline, ThreadDecoder, decode_batch
 from fastload.readers import ShardReader
 from fastload.storage import node_cache
 from fastload.storage.packed import locate_packed, open_packed
-from fastload.user_transforms import SampleTransform
+from fastload.samples.user_transforms import SampleTransform
 
 
 class PackedDataset(torch.utils.data.Dataset):
@@ -71,11 +71,11 @@ class PackedDataset(torch.utils.data.Dataset):
             on each decoded sample, in the decode threads or workers: ``sample`` is ``{"image":
             uint8 3×H×W tensor, "label": int, "index": int}``, ``generator`` a ``torch.Generator``
             seeded from ``(seed, epoch, index)`` (the same draws for any number of workers, and after
-            a resume). See :mod:`fastload.user_transforms`, and :mod:`fastload.augment` for ready-made ones.
+            a resume). See :mod:`fastload.samples.user_transforms`, and :mod:`fastload.augment` for ready-made ones.
         fields: return each sample as a dict of these fields (``"image"``, ``"label"`` and any the
             pack stored, see ``fastload info``), and batches as dicts collated by each field's type
             (numbers as tensors, text as lists, arrays stacked or listed). File fields are read and
-            decoded too (see :mod:`fastload.file_fields`): with ``image_size``, masks and other
+            decoded too (see :mod:`fastload.samples.file_fields`): with ``image_size``, masks and other
             fields of the image's size get its crop and flip.
         sample_as: ``"dict"``, or ``"tuple"``: samples and batches as tuples in the order of ``fields``.
         pad_fields: ``{name: value}``: variable-length array fields to pad into one
@@ -85,7 +85,7 @@ class PackedDataset(torch.utils.data.Dataset):
             with their rows of ``box_fields`` (their labels, say).
         decode: for a dataset of files that are not images: ``"bytes"`` (as packed), ``"npy"``
             (a tensor), ``"text"`` (a str), ``"wav"`` (a channels × frames tensor) or ``"auto"``
-            (by each file's extension); see :mod:`fastload.decode_files`.
+            (by each file's extension); see :mod:`fastload.decode.files`.
 
     Without ``image_size``, ``ds[i]`` is ``(PIL.Image in RGB, label)`` (``(bytes, label)``, or what
     ``decode`` makes of them, when the packed files are not all images); with it, ``(uint8 tensor, label)``, and ``__getitems__``
@@ -167,7 +167,7 @@ class PackedDataset(torch.utils.data.Dataset):
         return self._fields.names if self._fields is not None else None
 
     def collate(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
-        """Dict samples (``fields=``) into one batch, each field by its type (see :mod:`fastload.fields`)."""
+        """Dict samples (``fields=``) into one batch, each field by its type (see :mod:`fastload.samples.fields`)."""
         if self._fields is None:
             raise TypeError("collate: this dataset's samples are (image, label) pairs: torch's default_collate "
                             "fits them; PackedDataset.collate is for fields=")
@@ -451,7 +451,7 @@ class PackedDataset(torch.utils.data.Dataset):
 
     def payload(self, i: int, data: bytes) -> Any:
         """Record ``i`` as a sample: an RGB PIL image, or in a dataset of other files its bytes
-        decoded as ``decode`` says (see :mod:`fastload.decode_files`)."""
+        decoded as ``decode`` says (see :mod:`fastload.decode.files`)."""
         if self.manifest.kind == "images":
             return self.load_image(i, data)
         decoder = decoder_for(self.decode, self.index.path[i])  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fastload.errors import FastloadError
-from fastload.decode_files import decode_npy
+from fastload.decode.files import decode_npy
 from fastload.format import record_checksum
 from fastload.storage.packed import locate_packed, open_packed
 

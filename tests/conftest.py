@@ -98,7 +98,7 @@ SMALL_CLASSES = {"cat": 4, "dog": 3, "emu": 2}
 @pytest.fixture(scope="session")
 def native():
     """The native JPEG module (tests that use it skip where it cannot be built)."""
-    from fastload import _jpeg_region
+    from fastload.decode import _jpeg_region
 
     return _jpeg_region
 
@@ -226,7 +226,7 @@ def run_unprivileged(argv: list[object]) -> CliResult:
     to uid/gid 65534 (nobody) first, so a chmod 000 file really is unreadable to it. Forking after
     the imports means the child needs no access to the checkout or the virtual environment.
     """
-    import fastload.converters.pack  # noqa: F401  (everything the child runs is imported before the fork)
+    import fastload.converters.packing.loop  # noqa: F401  (everything the child runs is imported before the fork)
     import fastload.cli
 
     Image.init()

@@ -27,7 +27,7 @@ def test_the_signatures_the_api_page_writes_out_are_the_codes():
 
     from fastload.converters import pack
 
-    objects = {"fastload.converters.pack": pack, "fastload.pack": pack, "fastload.PackedDataset": fastload.PackedDataset,
+    objects = {"fastload.converters.packing.loop": pack, "fastload.pack": pack, "fastload.PackedDataset": fastload.PackedDataset,
                "fastload.verify": fastload.verify, "fastload.tune": fastload.tune,
                "fastload.describe": fastload.describe, "fastload.DataLoader": fastload.DataLoader}
     page = (REPO / "docs" / "python-api.md").read_text()
@@ -45,8 +45,8 @@ def test_the_signatures_the_api_page_writes_out_are_the_codes():
 
 
 def test_pack_is_fastload_pack():
-    from fastload.converters.pack import pack
-    from fastload.converters.report import PackReport
+    from fastload.converters.packing.loop import pack
+    from fastload.converters.packing.report import PackReport
 
     assert fastload.pack is pack and fastload.PackReport is PackReport
     assert {"pack", "PackReport"} <= set(fastload.__all__)

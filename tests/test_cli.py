@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fastload.converters.out_dir import prepare_out
+from fastload.converters.destination.out_dir import prepare_out
 from fastload.format import read_manifest
 from tests.conftest import (
     REPO, copy_dataset, fastload_command, imagefolder_files, load_manifest_json, make_jpeg, many_small_jpegs, run_fastload,

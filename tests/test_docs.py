@@ -70,7 +70,7 @@ def test_the_docs_build_strict_with_every_page_in_the_nav_and_the_api_from_docst
         assert out.is_file(), f"{name} was not built"
 
     api = _text(site / "python-api" / "index.html")
-    for path, name in (("fastload/loader.py", "DataLoader"), ("fastload/dataset.py", "PackedDataset")):
+    for path, name in (("fastload/loading/loader.py", "DataLoader"), ("fastload/dataset.py", "PackedDataset")):
         summary, params = _class_docs(REPO / path, name)
         assert f"fastload.{name}" in api
         assert summary in api, f"the API page lacks {name}'s docstring: {summary!r}"

@@ -13,13 +13,13 @@ import torch
 from torch.utils.data import default_collate
 
 from fastload.backends.dali_pipeline import PURPOSE, build_pipeline, feed_arrays, window
-from fastload.collate import collate_images
+from fastload.samples.collate import collate_images
 from fastload.config import available_cpus
-from fastload.decode import check_pixels
+from fastload.decode.images import check_pixels
 from fastload.errors import CorruptRecordError
 from fastload.optional import require
-from fastload.prefetch import ThreadPrefetcher
-from fastload.transfer import map_tensors
+from fastload.loading.prefetch import ThreadPrefetcher
+from fastload.loading.transfer import map_tensors
 
 DEPTH = 2
 """Batches DALI works on ahead of the loop (its ``prefetch_queue_depth``)."""

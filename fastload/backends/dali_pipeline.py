@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fastload.optional import require
-from fastload.transforms import CropPlan
+from fastload.decode.transforms import CropPlan
 
 PURPOSE = "DataLoader(backend='dali')"
 
@@ -71,7 +71,7 @@ def build_pipeline(*, batch_size: int, out_size: tuple[int, int], gpu: bool, dev
     ``gpu=False`` runs DALI's CPU operators (``device_id`` must then be None); ``gpu=True``
     decodes with nvJPEG (``mixed``: the hardware decoder where there is one) and resizes on
     the GPU. The only output is the image batch: ``N×3×H×W`` uint8, or float32 normalised
-    with ``mean``/``std`` (0–1 scale, as :class:`fastload.transfer.Normalizer`).
+    with ``mean``/``std`` (0–1 scale, as :class:`fastload.loading.transfer.Normalizer`).
     """
     dali = require("nvidia.dali", PURPOSE)
     fn = require("nvidia.dali.fn", PURPOSE)

@@ -19,8 +19,8 @@ import torch
 from PIL import Image
 from torch.utils.data import default_collate
 
-from fastload.decode import decode_rgb
-from fastload.transforms import TrainCrop
+from fastload.decode.images import decode_rgb
+from fastload.decode.transforms import TrainCrop
 
 
 class ImageFolderBaseline(torch.utils.data.Dataset):
@@ -44,7 +44,7 @@ class ImageFolderBaseline(torch.utils.data.Dataset):
     @classmethod
     def from_folder(cls, root: str | os.PathLike[str], image_size: int = 224) -> ImageFolderBaseline:
         """Every image below ``root`` in ``fastload pack``'s record order (ImageFolder or flat)."""
-        from fastload.converters.sources import list_source
+        from fastload.converters.sources.folders import list_source
 
         listing = list_source(Path(root))
         return cls([(str(item.path), item.label) for item in listing.items], image_size, root)

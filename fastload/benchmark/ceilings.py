@@ -18,8 +18,8 @@ import torch
 from fastload.benchmark.stages import (
     READS_IN_FLIGHT, Probe, drop_cache, make_cold, on_decode_thread, per_call,
 )
-from fastload.decode import REGION_DECODE, decode_crop, decode_rgb
-from fastload.transforms import TrainCrop
+from fastload.decode.images import REGION_DECODE, decode_crop, decode_rgb
+from fastload.decode.transforms import TrainCrop
 
 
 def decode_rate(blobs: Sequence[bytes], budget: float, threads: int = 1) -> float:
@@ -43,7 +43,7 @@ def reduced_decode_rate(blobs: Sequence[bytes], budget: float, image_size: int =
     """fastload's train decode (RandomResizedCrop plan, region and reduced-scale JPEG decode,
     resize, flip) per core, on a decode thread as the loader runs it; ``region=False``: the
     whole-image Pillow path instead of the native region decoder."""
-    from fastload.decode import image_size as header_size
+    from fastload.decode.images import image_size as header_size
 
     crop, rng = TrainCrop(image_size), np.random.default_rng(0)
     plans = [crop.sample(*header_size(b), rng) for b in blobs]

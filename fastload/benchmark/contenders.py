@@ -147,7 +147,7 @@ def fastload_rows(packed: Sequence[Path], batch_size: int, image_size: int, cold
     """fastload's train pipeline (RandomResizedCrop + flip, uint8 batches) on each packed dataset:
     auto settings, then each of ``variants`` (explicit DataLoader arguments), then DALI."""
     from fastload.dataset import PackedDataset
-    from fastload.loader import DataLoader
+    from fastload.loading.loader import DataLoader
 
     rows = []
     for path in packed:

@@ -49,7 +49,7 @@ class StoreObjects(ImageFolderBaseline):
     def from_store(cls, url: str, storage_options: dict[str, Any] | None,
                    image_size: int = 224) -> StoreObjects:
         """Every image object under ``url`` in ``fastload pack``'s record order (ImageFolder or flat)."""
-        from fastload.converters.store_source import list_store_source
+        from fastload.converters.sources.store import list_store_source
         from fastload.storage.remote import RemoteStore
 
         store = RemoteStore(url, storage_options)
@@ -99,7 +99,7 @@ def store_rows(url: str, storage_options: dict[str, Any] | None, cache_dir: str,
     (epoch 1) and from it (epoch 2: the records epoch 1 fetched, reshuffled), then fastload's
     train pipeline from an empty cache. ``cache_dir`` is a temporary folder of the caller's."""
     from fastload.dataset import PackedDataset
-    from fastload.loader import DataLoader
+    from fastload.loading.loader import DataLoader
     from fastload.storage.remote import MAX_IN_FLIGHT
 
     manifest = _manifest(url, storage_options)

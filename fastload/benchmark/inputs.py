@@ -196,7 +196,7 @@ def _store_baseline(inputs: Inputs, url: str, options: dict[str, Any] | None, im
 
 def _object_problems(objects: Any) -> list[str | None]:
     """Each object checked as ``fastload pack`` checks a file (fetched a batch of GETs at a time)."""
-    from fastload.converters.checks import InvalidFile, check_image
+    from fastload.converters.packing.checks import InvalidFile, check_image
 
     def problem(data: bytes) -> str | None:
         try:
@@ -226,7 +226,7 @@ def _source_folder(dataset: Path, image_size: int) -> ImageFolderBaseline | None
 def _leave_out_unreadable(inputs: Inputs) -> None:
     """Check each file of the baseline as ``fastload pack`` does; leave out, count and name the
     ones that cannot be decoded (every row then reads the same, readable files)."""
-    from fastload.converters.checks import InvalidFile, check_image
+    from fastload.converters.packing.checks import InvalidFile, check_image
 
     baseline = inputs.baseline
     assert baseline is not None

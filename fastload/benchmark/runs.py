@@ -21,7 +21,7 @@ from typing import Any
 from fastload.benchmark.monitor import MemoryPeak, Progress
 from fastload.benchmark.repeats import combine
 from fastload.benchmark.result import RunKind, RunResult, Status
-from fastload.stats import batch_size_of
+from fastload.loading.stats import batch_size_of
 
 __all__ = ["Limits", "ModelStep", "RunKind", "RunResult", "RunSpec", "Status", "run_all", "timed_run"]
 

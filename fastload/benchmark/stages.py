@@ -21,8 +21,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import torch
 
-from fastload.collate import ImageBatch, collate_images, new_image_batch
-from fastload.decode import decode_crop
+from fastload.samples.collate import ImageBatch, collate_images, new_image_batch
+from fastload.decode.images import decode_crop
 
 StageKind = Literal["io", "cpu", "transfer"]
 READS_IN_FLIGHT = 16  # cold reads: a disk serves many random reads at once

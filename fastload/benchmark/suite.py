@@ -304,7 +304,7 @@ def _step_seconds(model_step: ModelStep, run: RunResult) -> float | None:
 def _loader_spec(dataset: Any, batch_size: int, num_workers: int | None,
                  cores: int) -> tuple[RunSpec, Probe]:
     from fastload.dataset import PackedDataset
-    from fastload.loader import DataLoader
+    from fastload.loading.loader import DataLoader
 
     if isinstance(dataset, PackedDataset):
         kwargs: dict[str, Any] = {} if num_workers is None else {"num_workers": num_workers}

@@ -19,12 +19,12 @@ import pytest
 import torch
 
 import fastload
-from fastload.decode import decode_crop
-from fastload.epoch_sampler import EpochSampler
+from fastload.decode.images import decode_crop
+from fastload.sampling.epoch_sampler import EpochSampler
 from fastload.errors import CorruptRecordError, MissingDependencyError
-from fastload.transfer import Normalizer
+from fastload.loading.transfer import Normalizer
 from tests.conftest import REPO
-from tests.loader.helpers import (
+from tests.loading.helpers import (
     ID_RECORDS, Numbers, UnevenBatches, encode, picture, write_id_list,
 )
 

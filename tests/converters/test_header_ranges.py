@@ -13,7 +13,7 @@ from PIL import Image
 
 import fastload
 from fastload.converters import pack
-from fastload.converters.checks import MAX_SIDE, InvalidFile, check_image
+from fastload.converters.packing.checks import MAX_SIDE, InvalidFile, check_image
 from fastload.errors import SourceError
 from fastload.format.layout import COLUMNS
 from tests.conftest import make_jpeg, write_tree

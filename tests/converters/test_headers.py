@@ -9,8 +9,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from fastload.converters.checks import InvalidFile, check_image
-from fastload.converters.headers import BadHeader, jpeg_header, png_header
+from fastload.converters.packing.checks import InvalidFile, check_image
+from fastload.converters.packing.headers import BadHeader, jpeg_header, png_header
 from tests.conftest import make_image, make_jpeg, make_png
 
 

@@ -1,4 +1,4 @@
-"""Ctrl-C while packing is held until the packing thread is between files (converters.interrupt).
+"""Ctrl-C while packing is held until the packing thread is between files (converters.packing.interrupt).
 
 Real signals sent to this process. (An interrupted `fastload pack` end to end: tests/test_cli.py;
 at 20 random points in a row: tests/reliability/test_pack_faults.py.)
@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from fastload.converters.interrupt import interrupt_between_files
+from fastload.converters.packing.interrupt import interrupt_between_files
 
 
 def ctrl_c() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fastload.converters import pack
-from fastload.converters.out_dir import prepare_out
+from fastload.converters.destination.out_dir import prepare_out
 from fastload import PackedDataset
 from fastload.errors import PackError, SourceError
 from fastload.format import read_manifest

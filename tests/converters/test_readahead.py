@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from fastload.converters.readahead import map_in_order, read_in_order
+from fastload.converters.packing.readahead import map_in_order, read_in_order
 
 
 @pytest.mark.parametrize("depth", [1, 3, 100])
@@ -82,7 +82,7 @@ def test_pixel_budget_bounds_pixels_in_flight_and_lets_an_oversized_image_run_al
     import threading
     import time
 
-    from fastload.converters.readahead import PixelBudget
+    from fastload.converters.packing.readahead import PixelBudget
 
     budget = PixelBudget(100)
     peak, now, lock = [0], [0], threading.Lock()

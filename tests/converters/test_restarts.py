@@ -8,15 +8,15 @@ import torch
 
 from fastload.converters import pack
 from fastload import DataLoader, PackedDataset
-from fastload.decode import REGION_DECODE
+from fastload.decode.images import REGION_DECODE
 from fastload.format import read_manifest
 from fastload.verifier import verify
 from tests.conftest import make_png, write_tree
 from tests.converters.test_pack import STORAGES, records
-from tests.test_decode import encode, photo
-from tests.test_jpeg_restarts import layout, rgb
+from tests.decode.test_decode import encode, photo
+from tests.decode.test_jpeg_restarts import layout, rgb
 
-pytestmark = pytest.mark.skipif(not REGION_DECODE, reason="fastload._jpeg_region is not built")
+pytestmark = pytest.mark.skipif(not REGION_DECODE, reason="fastload.decode._jpeg_region is not built")
 
 
 def damaged_scan(jpeg: bytes) -> bytes:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import flip_payload_byte
-from tests.loader.helpers import write_id_list
+from tests.loading.helpers import write_id_list
 
 RECORDS = 40  # labels are record numbers 0..39; several shards of a few records each
 

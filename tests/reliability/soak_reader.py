@@ -26,7 +26,7 @@ def memory_mb() -> dict[str, float]:
 
 def main(argv: list[str]) -> int:
     import fastload
-    from fastload.collate import collate_images
+    from fastload.samples.collate import collate_images
 
     lmdb_dir, hdf5_dir, seconds, seed = argv[0], argv[1], float(argv[2]), int(argv[3])
     rng = np.random.default_rng(seed)

@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fastload
-from fastload.decode import decode_crop, decode_rgb, image_size
+from fastload.decode.images import decode_crop, decode_rgb, image_size
 from fastload.errors import CorruptRecordError, FastloadError, ManifestError
 from fastload.format import file_digest, parse_manifest, read_manifest
-from fastload.transforms import EvalCrop, TrainCrop
+from fastload.decode.transforms import EvalCrop, TrainCrop
 from tests.conftest import load_manifest_json, make_jpeg, make_png, save_manifest_json
 
 from .conftest import in_child

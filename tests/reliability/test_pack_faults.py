@@ -66,7 +66,7 @@ def _wait_for_lock(out, proc: subprocess.Popen) -> None:
 def _assert_stopped(proc: subprocess.Popen, how: str, stderr: str, context: object) -> None:
     if how == "kill -9":
         assert proc.returncode == -signal.SIGKILL, context
-    else:  # handled, at once (a hang here was a lock left held by Ctrl-C: converters.interrupt)
+    else:  # handled, at once (a hang here was a lock left held by Ctrl-C: converters.packing.interrupt)
         assert proc.returncode == 130 and stderr.strip() == INTERRUPTED, (proc.returncode, context)
 
 

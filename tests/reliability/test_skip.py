@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import fastload
-from fastload.collate import SkipCountedList, SkipCountedTuple, keep_skips
+from fastload.samples.collate import SkipCountedList, SkipCountedTuple, keep_skips
 from fastload.errors import CorruptRecordError, ManifestError, SkippedRecordWarning
-from fastload.stats import batch_size_of
+from fastload.loading.stats import batch_size_of
 
 from .conftest import RECORDS, shard_of
 

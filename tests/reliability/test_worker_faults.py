@@ -163,7 +163,7 @@ def _fails_after(n: int, exc: BaseException):
 
 @pytest.mark.timeout(60)
 def test_the_prefetch_thread_hands_over_its_exception_itself():
-    from fastload.prefetch import ThreadPrefetcher
+    from fastload.loading.prefetch import ThreadPrefetcher
 
     for exc in (CorruptRecordError("shard-00001.lmdb record 7 (a.jpg): checksum mismatch"),
                 KeyboardInterrupt(), MemoryError("out of memory in a decode")):
@@ -176,7 +176,7 @@ def test_the_prefetch_thread_hands_over_its_exception_itself():
 
 @pytest.mark.timeout(60)
 def test_a_closed_prefetcher_ends_instead_of_waiting():
-    from fastload.prefetch import ThreadPrefetcher
+    from fastload.loading.prefetch import ThreadPrefetcher
 
     prefetcher = ThreadPrefetcher(iter(range(1000)), depth=2)
     assert next(prefetcher) == 0
@@ -187,7 +187,7 @@ def test_a_closed_prefetcher_ends_instead_of_waiting():
 
 EXITS_MID_BATCH = """
 import torch
-from fastload.prefetch import ThreadPrefetcher
+from fastload.loading.prefetch import ThreadPrefetcher
 
 def batches():
     a = torch.ones(600, 600)

@@ -348,7 +348,7 @@ def test_file_fields_are_packed_to_and_read_from_the_store(tmp_path, s3_server, 
     """A record's mask rides in its shard: fetched by range with the batch, bit-exact, cropped alike."""
     import json
 
-    from tests.test_masks import scene
+    from tests.samples.test_masks import scene
 
     rows = []
     for i in range(12):

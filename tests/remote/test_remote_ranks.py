@@ -27,7 +27,7 @@ import pytest
 
 from fastload.converters import pack
 from fastload import PackedDataset
-from fastload.sampling import epoch_order
+from fastload.sampling.order import epoch_order
 from fastload.storage.cache import BLOCK
 from fastload.storage.remote import coalesce
 from tests.conftest import REPO, make_jpeg, with_comment

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from fastload.converters import pack
-from fastload.converters.store_lease import put_conditional
+from fastload.converters.destination.store_lease import put_conditional
 from fastload import PackedDataset
 from fastload.errors import PackError
 from fastload.format.layout import STORE_LEASE_NAME
@@ -162,7 +162,7 @@ def test_staging_must_be_a_folder_of_its_own(tree, s3_server, s3_bucket, tmp_pat
 
 
 def test_a_staging_folder_serves_one_url(tree, s3_server, s3_bucket, tmp_path):
-    from fastload.converters.out_dir import claim_staging
+    from fastload.converters.destination.out_dir import claim_staging
 
     claim_staging(tmp_path / "s", f"s3://{s3_bucket}/one.fl")
     with pytest.raises(PackError, match=f"staging folder of a pack to s3://{s3_bucket}/one.fl"):

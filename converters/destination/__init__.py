@@ -1,0 +1,1 @@
+"""Where a pack goes: the output folder's rules, and upload to an object store under a lease."""

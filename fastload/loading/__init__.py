@@ -1,0 +1,1 @@
+"""Loading stage: the DataLoader, its iterator, settings, prefetch, pinned transfer, batch memory, stats."""

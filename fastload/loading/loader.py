@@ -1,0 +1,341 @@
+"""DataLoader: torch's arguments and meaning, plus tuned defaults, resumable order and device delivery."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal, TypeVar
+
+import torch
+import torch.distributed as dist
+import torch.utils.data
+
+from fastload.backends import backend_class
+from fastload.samples.collate import collate_images, keep_skips
+from fastload.loading.delivery import LoaderIterator
+from fastload.sampling.epoch_sampler import EpochSampler
+from fastload.loading.prefetch import ThreadPrefetcher
+from fastload.sampling.resume import ResumableSampler, iterable_state, load_iterable_state
+from fastload.loading.stats import LoaderStats
+from fastload.loading.transfer import ImageLayout, Normalizer, resolve_device
+from fastload.loading.settings import LoaderSettings, resolve_settings, uses_builtin_pipeline
+from fastload.samples.user_transforms import BatchTransform
+
+Auto = Literal["auto"]
+T_co = TypeVar("T_co", covariant=True)
+
+
+class DataLoader(torch.utils.data.DataLoader[T_co]):
+    """A drop-in ``torch.utils.data.DataLoader``.
+
+    Every torch argument keeps its name, position and meaning; with explicit torch arguments and
+    any Dataset it yields what torch's loader yields. What differs:
+
+    * ``num_workers``, ``prefetch_factor`` and ``pin_memory`` default to ``"auto"``: resolved once,
+      with reasons, into ``loader.settings`` (see :mod:`fastload.loading.settings`).
+    * A :class:`~fastload.PackedDataset` (or any dataset with ``distributed=True``) is sampled by
+      :class:`~fastload.sampling.epoch_sampler.EpochSampler`: a global ``(seed, epoch)`` permutation,
+      independent of ``num_workers``, sharded across ``torch.distributed`` ranks, resumable with
+      ``state_dict()`` / ``load_state_dict()``. Each new iteration is the next epoch unless
+      ``set_epoch`` chose one. An explicit ``sampler`` or ``batch_sampler`` is always respected.
+
+    The arguments torch does not have (torch's keep their meaning):
+
+    Args:
+        device: deliver batches on this device (``"cuda"``: pinned, non-blocking copies on a side
+            stream, one batch ahead). Without CUDA, batches stay on the CPU (said once).
+        mean, std: normalise uint8 image batches to float32 ``(x/255 - mean) / std`` on ``device``.
+        seed: shuffle and augmentation seed of the EpochSampler. None (the default): drawn at the
+            first iteration from ``generator``, else from torch's global RNG (so ``generator=`` and
+            ``torch.manual_seed`` decide the order, as they do torch's); under ``torch.distributed``
+            with neither, 0, as ``DistributedSampler``'s default, so that every rank has the same.
+        distributed: shard across ``torch.distributed`` ranks: None = PackedDataset loaders when a
+            process group is initialised; True = any dataset (needs a process group); False = never.
+        backend: ``"torch"`` (torch's iterator) or ``"dali"``: a PackedDataset's built-in image
+            pipeline run by NVIDIA DALI (GPU decode with ``device="cuda"``, CPU operators
+            otherwise), in the same order, with the same batches, state and stats.
+        dtype: what normalised images are delivered as (``torch.float16``/``bfloat16``: half the
+            bytes for mixed precision), cast on ``device`` after ``mean``/``std``; needs them.
+        memory_format: ``torch.channels_last`` delivers images NHWC in memory (the layout
+            convolutions with tensor cores want), on ``device``; the shape stays N×C×H×W.
+        mode: where batches are made: ``"main"`` (this process, as torch's ``num_workers=0``),
+            ``"threads"`` (a background thread and a decode thread pool, 0 worker processes),
+            ``"processes"`` (``num_workers`` worker processes), or ``"auto"``: from ``num_workers``
+            when it is given (0: main, as torch's), else chosen in ``loader.settings``. What
+            ``fastload.tune`` finds is passed back as ``DataLoader(ds, **settings.as_kwargs())``.
+        batch_transform: ``fn(batch, generator) -> batch`` on each delivered ``(images, labels)``
+            batch, on ``device``, after ``mean``/``std`` (GPU augmentations: mixup, cutmix, colour
+            jitter as torch ops; see :mod:`fastload.augment`); ``generator`` is a
+            ``torch.Generator`` on the batch's device seeded from ``(seed, epoch, position of the
+            batch's first sample)``: the same draws after a resume, for either backend.
+    """
+
+    def __init__(self, dataset: torch.utils.data.Dataset, batch_size: int | None = 1,
+                 shuffle: bool | None = None, sampler: Any = None, batch_sampler: Any = None,
+                 num_workers: int | Auto = "auto", collate_fn: Any = None,
+                 pin_memory: bool | Auto = "auto", drop_last: bool = False, timeout: float = 0,
+                 worker_init_fn: Any = None, multiprocessing_context: Any = None, generator: Any = None,
+                 *, prefetch_factor: int | None | Auto = "auto", persistent_workers: bool = False,
+                 pin_memory_device: str = "", in_order: bool = True,
+                 device: str | torch.device | None = None, mean: Sequence[float] | None = None,
+                 std: Sequence[float] | None = None, seed: int | None = None, distributed: bool | None = None,
+                 backend: Literal["torch", "dali"] = "torch",
+                 batch_transform: BatchTransform | None = None,
+                 mode: Literal["auto", "main", "threads", "processes"] = "auto",
+                 dtype: torch.dtype | None = None,
+                 memory_format: torch.memory_format = torch.contiguous_format) -> None:
+        if batch_transform is not None and not callable(batch_transform):
+            raise TypeError(f"batch_transform={batch_transform!r}: must be a callable (batch, generator) -> batch")
+        if backend == "dali" and getattr(dataset, "sample_transform", None) is not None:
+            raise ValueError("backend='dali': DALI decodes the batch itself, so the dataset's sample_transform "
+                             "would not run; use batch_transform= (on the device), or backend='torch'")
+        if backend == "dali" and getattr(dataset, "fields", None):
+            raise ValueError("backend='dali' delivers (images, labels) batches; the dataset's fields= (dict "
+                             "samples) need backend='torch'")
+        self.batch_transform = batch_transform
+        dataset = _packed_subset(dataset)
+        tail = backend_class(backend)
+        self.backend = backend
+        self.shuffle = shuffle
+        self.device = device
+        self.mean, self.std = mean, std
+        self.seed = seed
+        self.distributed = distributed
+        if (mean is None) != (std is None):
+            raise ValueError("pass mean and std together (or neither)")
+        if mean is not None and uses_builtin_pipeline(dataset) and getattr(dataset, "transform", None) is not None:
+            raise ValueError("mean/std normalise the built-in pipeline's uint8 images, and the dataset's transform= "
+                             "may return anything: normalise in the transform, or drop it")
+        self._normalizer = Normalizer(mean, std, _image_place(dataset)) if mean is not None else None
+        self.dtype, self.memory_format = dtype, memory_format
+        self._layout = (ImageLayout(dtype, memory_format, _image_place(dataset), normalised=mean is not None)
+                        if dtype is not None or memory_format != torch.contiguous_format else None)
+        self._device = resolve_device(device)
+        batch_size, shuffle, sampler, batch_sampler = _rebuilt_arguments(
+            dataset, batch_size, shuffle, sampler, batch_sampler, drop_last)
+        if sampler is None and batch_sampler is None and _wants_epoch_sampler(dataset, distributed):
+            rank, world_size = _rank_and_world(distributed)
+            if seed is None and generator is None and world_size > 1:
+                seed = 0  # ranks must share one order: DistributedSampler's default seed
+            sampler = EpochSampler(len(dataset), shuffle=bool(shuffle), seed=seed, rank=rank,  # type: ignore[arg-type]
+                                   world_size=world_size, drop_last=drop_last,
+                                   keyed=uses_builtin_pipeline(dataset), generator=generator)
+            shuffle = None
+        self.settings: LoaderSettings = resolve_settings(
+            dataset, batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
+            pin_memory=pin_memory, device=self._device, timeout=timeout, mode=mode)
+        self.mode = self.settings.mode  # what a loader rebuilt from its attributes (Lightning) is given back
+        batching = batch_size is not None or batch_sampler is not None
+        if collate_fn is None and batching and uses_builtin_pipeline(dataset):
+            collate_fn = collate_images  # unbatched, torch converts each sample: keep its default
+        elif collate_fn is None and batching and getattr(dataset, "fields", None) and callable(
+                getattr(dataset, "collate", None)):
+            collate_fn = dataset.collate  # a PackedDataset's dict samples, collated by their fields' types
+        if batching and getattr(dataset, "on_error", None) == "skip":
+            collate_fn = keep_skips(collate_fn)  # each batch carries its skip count to stats()
+        self._stats = LoaderStats()
+        self._progress: dict[str, Any] = {}
+        super().__init__(dataset, batch_size, shuffle, sampler, batch_sampler, self.settings.num_workers,
+                         collate_fn, self.settings.pin_memory, drop_last, timeout, worker_init_fn,
+                         multiprocessing_context, generator, prefetch_factor=self.settings.prefetch_factor,
+                         persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
+                         in_order=in_order)
+        # A tail of our own replaces torch's iterator; the sampler, len() and state stay the loader's.
+        self._tail = None if tail is None else tail(
+            dataset, batch_size=self.batch_size, device=self._device, mean=mean, std=std,
+            collate_fn=self.collate_fn, batched=self.batch_sampler is not None)
+
+    @property
+    def epoch_sampler(self) -> EpochSampler | None:
+        """The fastload sampler behind this loader, when it uses one."""
+        sampler = self.sampler
+        return sampler if isinstance(sampler, EpochSampler) else None
+
+    @property
+    def _index_sampler(self) -> Any:
+        """What torch's iterators and len() draw indices from: for a loader without fastload's
+        EpochSampler, the sampler wrapped so that any pass can be resumed (fastload.sampling.resume)."""
+        base = super()._index_sampler
+        if self.epoch_sampler is not None or isinstance(self.dataset, torch.utils.data.IterableDataset):
+            return base
+        resumable = self.__dict__.get("_resumable")
+        if resumable is None or resumable.base is not base:
+            resumable = self.__dict__["_resumable"] = ResumableSampler(base)  # one per sampler: it holds the pass
+        return resumable
+
+    def __iter__(self) -> LoaderIterator:  # type: ignore[override]
+        # Where this iteration starts, taken before torch's iterator (or workers) pull the sampler.
+        progress: dict[str, Any] = {"delivered": 0}
+        sampler = self.epoch_sampler
+        if sampler is not None:
+            epoch, start = sampler.upcoming()
+            progress.update(epoch=epoch, start=start, share=sampler.share(epoch),
+                            consumed=sampler.consumed if epoch == sampler.epoch else 0)
+            sampler.running = progress
+        self._progress = progress
+        from fastload.dataset import PackedDataset
+
+        if isinstance(self.dataset, PackedDataset):  # in an object store: fetch ahead into the node cache
+            self.dataset.fill_cache()
+        inner: Any = None
+        if self._tail is not None:  # already on the device, normalised
+            source: Iterator[Any] = self._tail.batches(iter(self.batch_sampler))
+        else:
+            inner = source = super().__iter__()
+            if self.settings.mode == "threads":
+                source = ThreadPrefetcher(source, self.settings.prefetch_batches)
+        return LoaderIterator(self, inner, source, progress, self._stats, self._device, self._normalizer,
+                              on_device=self._tail is not None, workers=self.num_workers > 0, layout=self._layout)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch of the next iteration (forwarded to the sampler if it has set_epoch)."""
+        set_epoch = getattr(self.sampler, "set_epoch", None)
+        if set_epoch is None:
+            raise TypeError(f"set_epoch: the sampler {type(self.sampler).__name__} has no set_epoch; "
+                            "use a PackedDataset, distributed=True, or a DistributedSampler")
+        set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader is: for fastload's EpochSampler the epoch and how many of its samples
+        were delivered; for any other sampler what decided this pass's order and how many batches
+        were delivered (see fastload.sampling.resume); for an IterableDataset its own ``state_dict()``."""
+        if not self.in_order and self.num_workers > 0:
+            # Only a count of delivered samples is kept: right when batches arrive in sampler order.
+            warnings.warn("state_dict: with in_order=False, workers may deliver batches out of "
+                          "order, and a resume from this state can repeat some samples and skip others; "
+                          "keep in_order=True (the default) for an exact resume", stacklevel=2)
+        sampler = self.epoch_sampler
+        if sampler is None:
+            if isinstance(self.dataset, torch.utils.data.IterableDataset):
+                return iterable_state(self.dataset, num_workers=self.num_workers)
+            return self._index_sampler.state(self._progress.get("batches", 0))
+        progress = self._progress
+        if "epoch" in progress and not sampler.pinned:
+            epoch, position = progress["epoch"], progress["start"] + progress["delivered"]
+            consumed = progress["consumed"]
+        else:  # no iteration yet, or set_epoch()/load_state_dict() chose the next one
+            epoch, position = sampler.upcoming()
+            consumed = sampler.consumed if epoch == sampler.epoch else 0
+        return {"epoch": epoch, "position": position, "consumed": consumed, "seed": sampler.seed,
+                "num_samples": sampler.num_samples, "world_size": sampler.world_size,
+                "rank": sampler.rank, "shuffle": sampler.shuffle, "drop_last": sampler.drop_last}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next iteration yields exactly the samples the saved loader had not delivered.
+
+        The state of any rank serves (DDP ranks deliver in step), also on another number of ranks
+        (elastic): the samples the saved ranks delivered are a prefix of the epoch's global order,
+        and the rest of it is shared out among the new ranks as an epoch would be (``drop_last``
+        truncates it to a multiple of the new world size, padding repeats its start).
+        """
+        sampler = self.epoch_sampler
+        if sampler is None:
+            if isinstance(self.dataset, torch.utils.data.IterableDataset):
+                load_iterable_state(self.dataset, state, num_workers=self.num_workers)
+            else:
+                self._index_sampler.load(state)
+            self._progress = {}
+            return
+        if "seed" in state and not sampler.seed_given:
+            sampler.seed = state["seed"]  # drawn from torch's RNG when saved: resume that run's order
+        for name in ("seed", "num_samples", "shuffle", "drop_last"):
+            if name in state and state[name] != getattr(sampler, name):
+                raise ValueError(f"load_state_dict: the state has {name}={state[name]!r} but this loader "
+                                 f"has {getattr(sampler, name)!r}; resume with the same dataset and settings")
+        epoch, position, consumed = int(state["epoch"]), int(state["position"]), int(state.get("consumed", 0))
+        saved_world = int(state.get("world_size", sampler.world_size))
+        if saved_world != sampler.world_size:  # elastic: from a prefix of the global order
+            consumed, position = min(consumed + position * saved_world, sampler.num_samples), 0
+        sampler.resume(epoch, 0, consumed)
+        if position == len(sampler.share()):
+            sampler.resume(epoch + 1, 0)  # that epoch was complete
+        else:
+            sampler.resume(epoch, position, consumed)
+        self._progress = {}
+
+    def stats(self, reset: bool = False) -> dict[str, float]:
+        """samples/s, MB/s of payload, the fraction of wall time the loop waited for data, and
+        ``skipped``: records an ``on_error="skip"`` dataset left out of the delivered batches.
+
+        They add up over every epoch since the loader was made, the wall time running from its
+        first batch to its last (time between epochs, a validation pass say, counts too);
+        ``reset=True`` starts the counts again after returning them (once per epoch: per-epoch figures).
+        """
+        figures = self._stats.as_dict()
+        if reset:
+            self._stats.reset()
+        return figures
+
+
+def _rebuilt_arguments(dataset: Any, batch_size: int | None, shuffle: bool | None, sampler: Any,
+                       batch_sampler: Any, drop_last: bool) -> tuple[int | None, bool | None, Any, Any]:
+    """The arguments that made a loader's attributes, when a framework (Lightning) passes them back.
+
+    A constructed loader holds both the arguments and what torch made of them: the BatchSampler
+    over its sampler, the sampler that ``shuffle`` chose, ``batch_size=None`` next to a custom
+    batch_sampler. Passed back as they are, torch would refuse them as mutually exclusive; they
+    are recognised here and mapped back. Any other combination goes to torch, which judges it.
+    """
+    data = torch.utils.data
+    if (type(batch_sampler) is data.BatchSampler and batch_sampler.batch_size == batch_size
+            and batch_sampler.drop_last == drop_last
+            and (sampler is None or sampler is batch_sampler.sampler)):
+        sampler, batch_sampler = batch_sampler.sampler, None  # the BatchSampler torch made
+    elif (batch_sampler is not None and batch_size is None and not drop_last and not shuffle
+          and type(sampler) is data.SequentialSampler and sampler.data_source is dataset):
+        sampler, batch_size = None, 1  # what torch made next to a custom batch_sampler
+    if shuffle and (isinstance(sampler, EpochSampler)
+                    or (type(sampler) is data.RandomSampler and sampler.data_source is dataset)):
+        shuffle = None  # the sampler shuffle=True made (or ours, which shuffles by itself)
+    return batch_size, shuffle, sampler, batch_sampler
+
+
+def _packed_subset(dataset: Any) -> Any:
+    """A ``torch.utils.data.Subset`` (a ``random_split`` part, or a Subset of one) of a
+    PackedDataset, as the PackedDataset subset it is: the same samples, with the fast path kept."""
+    chain = []
+    inner = dataset
+    while isinstance(inner, torch.utils.data.Subset):
+        chain.append(inner.indices)
+        inner = inner.dataset
+    if not chain:
+        return dataset
+    from fastload.dataset import PackedDataset  # only for a Subset: a plain dataset's loader stays light
+
+    if not isinstance(inner, PackedDataset):
+        return dataset
+    for indices in reversed(chain):  # innermost first: each Subset numbers the samples of the one it wraps
+        inner = inner.subset(indices)
+    return inner
+
+
+def _wants_epoch_sampler(dataset: Any, distributed: bool | None) -> bool:
+    from fastload.dataset import PackedDataset
+
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        if distributed:
+            raise ValueError("distributed=True needs a map-style dataset; an IterableDataset must "
+                             "split itself across ranks")
+        return False
+    return isinstance(dataset, PackedDataset) or bool(distributed)
+
+
+def _rank_and_world(distributed: bool | None) -> tuple[int, int]:
+    initialised = dist.is_available() and dist.is_initialized()
+    if distributed and not initialised:
+        raise ValueError("distributed=True but torch.distributed is not initialised; call "
+                         "torch.distributed.init_process_group() first (torchrun sets it up)")
+    if distributed is False or not initialised:
+        return 0, 1
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _image_place(dataset: Any) -> int:
+    """Where a tuple batch holds the images (``PackedDataset(fields=..., sample_as="tuple")``),
+    for mean/std; 0 for any other dataset. Refused when its fields have no image."""
+    fields, as_tuple = getattr(dataset, "fields", None), getattr(dataset, "sample_as", "dict") == "tuple"
+    if not as_tuple or not isinstance(fields, tuple):
+        return 0
+    if "image" not in fields:
+        raise ValueError(f"mean/std normalise the images, but the dataset's fields={fields!r} have no 'image'")
+    return fields.index("image")

@@ -1,0 +1,1 @@
+"""Samples stage: typed fields, file fields, collate, and the user's transforms."""

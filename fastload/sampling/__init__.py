@@ -1,0 +1,1 @@
+"""Sampling stage: epoch order from (seed, epoch), rank and worker shares, resume."""
