@@ -43,9 +43,17 @@ import xxhash
 
 from fastload.errors import CacheWarning
 from fastload.format.files import create_new, kind_of, read_regular
-from fastload.storage.cache_entry import (
-    BLOCK, TOUCH_EVERY, BlocksMissing, CacheEntry, _check_file, _Files, _map_len, _open, _present,
-    _read_meta, _reserve, _touch,
+from fastload.storage.cache_entry import CacheEntry
+from fastload.storage.cache_entry_files import (
+    BLOCK,
+    _check_file,
+    _Files,
+    _map_len,
+    _open,
+    _present,
+    _read_meta,
+    _reserve,
+    _touch,
 )
 
 TOTALS = ".totals.json"
@@ -53,7 +61,7 @@ TOTALS = ".totals.json"
 It exists only while it agrees with the entries: removed before any entry is made or dropped, written
 after, so a holder killed in between leaves the entries to be counted again."""
 
-__all__ = ["BLOCK", "TOUCH_EVERY", "BlocksMissing", "CacheEntry", "CacheInfo", "CacheWarning", "NodeCache"]
+__all__ = ["CacheInfo", "NodeCache"]
 
 
 _ENTRY = re.compile(r"[0-9a-f]{32}")

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from fastload.errors import ManifestError
 from fastload.format.manifest import Manifest
 from fastload.errors import CacheWarning
-from fastload.storage.cache import BlocksMissing
+from fastload.storage.cache_entry import BlocksMissing
 from fastload.storage.remote import ProcessLock, RemoteObject, RemoteStore
 
 FILL_PIECE = 4 * 2**20

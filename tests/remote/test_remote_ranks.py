@@ -28,7 +28,7 @@ import pytest
 from fastload.converters import pack
 from fastload import PackedDataset
 from fastload.sampling.order import epoch_order
-from fastload.storage.cache import BLOCK
+from fastload.storage.cache_entry_files import BLOCK
 from fastload.storage.remote import coalesce
 from tests.conftest import REPO, make_jpeg, with_comment
 from tests.remote.fault_proxy import FaultProxy, ProxyRequest

@@ -22,8 +22,11 @@ import numpy as np
 import pytest
 import xxhash
 
-import fastload.storage.cache_entry
-from fastload.storage.cache import BLOCK, BlocksMissing, CacheEntry, CacheWarning, NodeCache
+import fastload.storage.cache_entry_files
+from fastload.errors import CacheWarning
+from fastload.storage.cache import NodeCache
+from fastload.storage.cache_entry import BlocksMissing, CacheEntry
+from fastload.storage.cache_entry_files import BLOCK
 from tests.storage.small_disk import fill_up, tmpfs
 
 CTX = multiprocessing.get_context("fork")
@@ -511,7 +514,7 @@ def test_where_the_disk_cannot_reserve_without_writing_the_data_stays_sparse(tmp
         ctypes.set_errno(errno.EOPNOTSUPP)
         return -1
 
-    monkeypatch.setattr(fastload.storage.cache_entry, "_fallocate", unsupported)
+    monkeypatch.setattr(fastload.storage.cache_entry_files, "_fallocate", unsupported)
     entry = NodeCache(tmp_path, 100 * BLOCK).entry(key(1), 64 * BLOCK, "ds")
     assert entry is not None
     assert os.stat(tmp_path / entry.name / "data").st_blocks == 0  # extended, not written
