@@ -3,7 +3,7 @@
 Layout of the cache folder (one entry per remote file version; ``<name>`` is the xxh3-128 of its key)::
 
     .lock                   flock'd while entries are admitted, evicted or listed; never for data
-    .totals.json            {dataset: bytes reserved}, while it agrees with the entries (TOTALS)
+    .totals.json            {dataset: bytes reserved}, while it agrees with the entries (cache_folder.TOTALS)
     <name>/data             the remote file's bytes at their own offsets: exactly its size, all reserved
     <name>/map              one byte per BLOCK of ``data``: 1 when that block's bytes are there
     <name>/meta.json        {"key", "dataset", "size", "block"}; its mtime is the entry's last use
@@ -27,44 +27,29 @@ removed and the entry made anew; a bad ``.lock`` is left for the user to remove 
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
-import json
 import os
-import re
-import shutil
 import stat
 import warnings
-from collections.abc import Iterable, Iterator
 from typing import Literal, NamedTuple
 
 import xxhash
 
 from fastload.errors import CacheWarning
-from fastload.format.files import create_new, kind_of, read_regular
+from fastload.format.files import kind_of, read_regular
 from fastload.storage.cache_entry import CacheEntry
-from fastload.storage.cache_entry_files import (
-    BLOCK,
-    _check_file,
-    _Files,
-    _map_len,
-    _open,
-    _present,
-    _read_meta,
-    _reserve,
-    _touch,
+from fastload.storage.cache_entry_files import _Files, _map_len, _open, _present, _touch
+from fastload.storage.cache_folder import (
+    by_dataset,
+    create_entry,
+    drop_entry,
+    locked,
+    read_totals,
+    scan_entries,
+    write_totals,
 )
 
-TOTALS = ".totals.json"
-"""Bytes reserved per dataset, so that most admissions read one small file instead of every entry.
-It exists only while it agrees with the entries: removed before any entry is made or dropped, written
-after, so a holder killed in between leaves the entries to be counted again."""
-
 __all__ = ["CacheInfo", "NodeCache"]
-
-
-_ENTRY = re.compile(r"[0-9a-f]{32}")
 
 
 class CacheInfo(NamedTuple):
@@ -74,13 +59,6 @@ class CacheInfo(NamedTuple):
     dataset: str
     size: int
     present: int
-
-
-class _Found(NamedTuple):
-    used_ns: int
-    name: str
-    dataset: str
-    size: int
 
 
 class NodeCache:
@@ -132,21 +110,21 @@ class NodeCache:
 
     def usage(self) -> int:
         """Bytes reserved by the admitted entries (each counts its whole size)."""
-        with self._locked():
-            return sum(self._totals().values())
+        with locked(self.directory):
+            return sum(read_totals(self.directory).values())
 
     def entries(self) -> list[CacheInfo]:
         """Every entry, least recently used first, with the bytes of it present."""
-        with self._locked():
+        with locked(self.directory):
             return [CacheInfo(f.name, f.dataset, f.size, _present(_read_map(self._path(f.name), f.size), f.size))
-                    for f in self._scan()]
+                    for f in scan_entries(self.directory)]
 
     def clear(self, dataset: str | None = None) -> None:
         """Evict every entry, or those of ``dataset``."""
-        with self._locked():
-            for found in self._scan():
+        with locked(self.directory):
+            for found in scan_entries(self.directory):
                 if dataset is None or found.dataset == dataset:
-                    self._drop(found.name)
+                    drop_entry(self.directory, found.name)
 
     def bypass(self, what: str, exc: OSError) -> None:
         """Warn, once per process for each kind of trouble, that the cache could not ``what``
@@ -166,27 +144,12 @@ class NodeCache:
     def _path(self, name: str) -> str:
         return os.path.join(self.directory, name)
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        fd = _open_lock(self._path(".lock"))
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # released by the kernel if this process is killed
-            try:
-                yield
-            finally:
-                # Unlocked before the close: a process forked while the lock was held has a copy of
-                # this descriptor, and a flock lasts until every copy is closed (a DataLoader
-                # worker forked during a fill would hold it for its whole life).
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-
     def _attach(self, name: str, key: str, size: int, dataset: str) -> _Files | None:
         """The entry's files, opened or admitted; None to read it through (no room, or trouble)."""
         if self.limit == 0 or size > self.limit:
             return None
         try:
-            with self._locked():
+            with locked(self.directory):
                 return self._attach_locked(name, key, size, dataset)
         except OSError as exc:  # a full disk, a planted file, a permission: read through, never a crash
             self.bypass("keep a shard", exc)
@@ -196,75 +159,27 @@ class NodeCache:
         path = self._path(name)
         files = _open(path, key, size)
         if files is None:
-            if os.path.lexists(path):
-                self._drop(name)  # damaged (a bad sidecar, a map of the wrong size, a link): made again
+            if os.path.lexists(path):  # damaged (a bad sidecar, a map of the wrong size, a link): made again
+                drop_entry(self.directory, name)
             totals = self._make_room(size, dataset)
             if totals is None:
                 return None
-            self._create(name, key, size, dataset)
+            create_entry(self.directory, name, key, size, dataset)
             totals[dataset] = totals.get(dataset, 0) + size
-            self._write_totals(totals)
+            write_totals(self.directory, totals)
             files = _open(path, key, size)
         _touch(path)
         return files
 
-    def _totals(self) -> dict[str, int]:
-        """Bytes reserved per dataset: from TOTALS (one small read) while it is there, else counted
-        from the entries and written back."""
-        try:
-            totals = json.loads(read_regular(self._path(TOTALS), 1 << 24, follow_links=False))
-            if isinstance(totals, dict) and all(type(v) is int and v > 0 for v in totals.values()):
-                return totals
-        except (OSError, ValueError):
-            pass
-        totals = _by_dataset(self._scan())
-        self._write_totals(totals)
-        return totals
-
-    def _write_totals(self, totals: dict[str, int]) -> None:
-        tmp = self._path(f".tmp-totals-{os.getpid()}")
-        try:
-            _write_new(tmp, json.dumps({k: v for k, v in totals.items() if v}).encode())
-            os.rename(tmp, self._path(TOTALS))
-        except OSError:  # a full disk: left absent, the totals are counted from the entries next time
-            with contextlib.suppress(OSError):
-                _remove(tmp)
-
-    def _drop(self, name: str) -> None:
-        """Evict one entry. TOTALS goes first: a holder killed midway leaves the entries to be counted."""
-        _remove(self._path(TOTALS))
-        _remove(self._path(name))
-
-    def _scan(self) -> list[_Found]:
-        """The whole entries, least recently used first. Under the lock: a temporary seen now was
-        left by a holder that died (one hold makes and renames it), whatever its pid; a damaged
-        entry is dropped."""
-        found = []
-        for name in os.listdir(self.directory):
-            path = self._path(name)
-            if name.startswith(".tmp-"):
-                _remove(path)
-            elif _ENTRY.fullmatch(name):
-                try:
-                    meta = _read_meta(path)
-                    _check_file(os.path.join(path, "data"), meta["size"])
-                    _check_file(os.path.join(path, "map"), _map_len(meta["size"]))
-                    used_ns = os.stat(os.path.join(path, "meta.json")).st_mtime_ns
-                except (OSError, ValueError):
-                    self._drop(name)
-                    continue
-                found.append(_Found(used_ns, name, meta["dataset"], meta["size"]))
-        return sorted(found)
-
     def _make_room(self, size: int, dataset: str) -> dict[str, int] | None:
         """The totals once ``size`` more bytes fit, evicting what the policy allows; None if they cannot."""
-        totals = self._totals()
+        totals = read_totals(self.directory)
         used = sum(totals.values())
         if used + size <= self.limit:
             return totals
         if self.policy == "keep" and totals.get(dataset, 0) + size > self.limit:
             return None  # the common refusal, decided without looking at every entry
-        found = self._scan()  # least recently used first
+        found = scan_entries(self.directory)  # least recently used first
         used = sum(f.size for f in found)
         victims = [f for f in found if self.policy == "lru" or f.dataset != dataset]
         if used - sum(f.size for f in victims) + size > self.limit:
@@ -273,61 +188,10 @@ class NodeCache:
         for victim in victims:
             if used + size <= self.limit:
                 break
-            self._drop(victim.name)
+            drop_entry(self.directory, victim.name)
             evicted.add(victim.name)
             used -= victim.size
-        return _by_dataset(f for f in found if f.name not in evicted)
-
-    def _create(self, name: str, key: str, size: int, dataset: str) -> None:
-        _remove(self._path(TOTALS))  # until this entry is counted in it
-        for stale in os.listdir(self.directory):
-            if stale.startswith(".tmp-"):
-                _remove(self._path(stale))  # left by a holder that died (see _scan)
-        room = os.statvfs(self.directory)
-        if room.f_bavail * room.f_frsize < size + _map_len(size):  # refused at once, nothing reserved
-            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} for a {size}-byte shard")
-        tmp = self._path(f".tmp-{name}-{os.getpid()}")
-        os.mkdir(tmp)
-        try:
-            for file, length in (("data", size), ("map", _map_len(size))):
-                fd = create_new(os.path.join(tmp, file))
-                try:
-                    _reserve(fd, length, emulated=file == "map")  # zeros: an all-absent map
-                finally:
-                    os.close(fd)
-            meta = {"key": key, "dataset": dataset, "size": size, "block": BLOCK}
-            _write_new(os.path.join(tmp, "meta.json"), json.dumps(meta).encode())
-            os.rename(tmp, self._path(name))
-        except BaseException:
-            with contextlib.suppress(OSError):
-                _remove(tmp)  # now: what it reserved is freed at once
-            raise
-
-
-def _open_lock(path: str) -> int:
-    """A descriptor of the cache's lock file: a regular file of this user's, created if missing;
-    a link there is never followed, nor a FIFO waited on (OSError saying what is there)."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):  # a link, a folder, a socket
-            raise
-        found = os.lstat(path)
-    else:
-        found = os.fstat(fd)
-        if stat.S_ISREG(found.st_mode) and found.st_uid == os.geteuid():
-            return fd
-        os.close(fd)
-    raise OSError(errno.EPERM, f"{path} is {kind_of(found.st_mode)} owned by uid {found.st_uid}, not a lock "
-                               f"file of this user's (uid {os.geteuid()}); fastload never follows links "
-                               "or uses others' files in its cache folder: remove it")
-
-
-def _by_dataset(found: Iterable[_Found]) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for entry in found:
-        totals[entry.dataset] = totals.get(entry.dataset, 0) + entry.size
-    return totals
+        return by_dataset(f for f in found if f.name not in evicted)
 
 
 def _read_map(path: str, size: int) -> bytes:
@@ -335,21 +199,3 @@ def _read_map(path: str, size: int) -> bytes:
         return read_regular(os.path.join(path, "map"), _map_len(size), follow_links=False)
     except OSError:
         return b""
-
-
-def _write_new(path: str, data: bytes) -> None:
-    fd = create_new(path)
-    try:
-        os.write(fd, data)  # a few hundred bytes: one write (a short one is refused when read back)
-    finally:
-        os.close(fd)
-
-
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        if stat.S_ISDIR(os.lstat(path).st_mode):
-            shutil.rmtree(path)  # never follows a link inside
-        else:
-            os.unlink(path)
-
-
