@@ -10,7 +10,8 @@ import pytest
 import torch
 from PIL import Image
 
-from fastload.augment import ColorJitter, Compose, CutMix, Mixup, RandomGrayscale, _beta
+from fastload.augment import ColorJitter, Compose, CutMix, Mixup, RandomGrayscale
+from fastload.augment.mixing import _beta
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 N, H, W = 4, 5, 7
