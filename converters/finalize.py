@@ -10,13 +10,13 @@ from typing import Any
 import numpy as np
 
 from fastload.converters.packing.report import PackReport, write_skipped_report
-from fastload.converters.sources.folders import IMAGE_EXTENSIONS, Skip
+from fastload.converters.sources.items import Skip
 from fastload.errors import PackError
 from fastload.format import (
     FIELD_PREFIX, PACK_STATE_DIR, SKIPPED_REPORT_NAME, Manifest, ShardInfo, StorageKind, encode_arrays,
     encode_strings, file_digest, write_columns, write_manifest,
 )
-from fastload.format.layout import FILE_COLUMNS, array_type
+from fastload.format.layout import FILE_COLUMNS, IMAGE_EXTENSIONS, array_type
 
 
 def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[str, Any]],

@@ -26,7 +26,7 @@ from fastload.converters.packing.readahead import (
 from fastload.converters.packing.reencode import reencode_jpeg
 from fastload.converters.packing.restarts import check_available, with_restart_markers
 from fastload.converters.packing.report import PackReport, already_packed, progress_bar, write_error
-from fastload.converters.sources.folders import IMAGE_EXTENSIONS, Layout, SourceItem, SourceListing, normalize_extensions
+from fastload.converters.sources.items import Layout, SourceItem, SourceListing, normalize_extensions
 from fastload.converters.writers import WRITERS
 from fastload.converters.writers.behind import WriteBehind, WriteFailed
 from fastload.config import MAX_FILE_SIZE, MAX_PIXELS, available_cpus, parse_size
@@ -34,7 +34,7 @@ from fastload.decode.images import pixel_limit
 from fastload.errors import PackError, SourceError
 from fastload.format import FORMAT_VERSION, PACK_STATE_DIR, Manifest, StorageKind, record_checksum, shard_name
 from fastload.format.files import create_new, ensure_dir, read_regular, remove_entry
-from fastload.format.layout import FILE_COLUMNS, SHARD_NAME
+from fastload.format.layout import FILE_COLUMNS, IMAGE_EXTENSIONS, SHARD_NAME
 from fastload.storage.location import is_remote, local_path
 from fastload.storage.remote import RemoteStore
 

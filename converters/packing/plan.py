@@ -10,7 +10,7 @@ from typing import Any
 
 import xxhash
 
-from fastload.converters.sources.folders import SourceItem
+from fastload.converters.sources.items import SourceItem
 from fastload.format import PACK_STATE_DIR, write_atomically
 from fastload.format.files import ensure_dir, read_regular
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastload.converters.sources.folders import Skip
+from fastload.converters.sources.items import Skip
 from fastload.config import format_size
 from fastload.format import SKIPPED_REPORT_NAME, Manifest, write_atomically
 

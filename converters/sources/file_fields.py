@@ -20,7 +20,7 @@ from pathlib import Path
 
 from fastload.converters.packing.checks import InvalidFile, check_image
 from fastload.converters.sources.confine import ListRoot
-from fastload.converters.sources.folders import Skip, SourceFile, SourceListing
+from fastload.converters.sources.items import Skip, SourceFile, SourceListing
 from fastload.decode.files import npy_layout
 from fastload.errors import SourceError
 from fastload.format.files import open_regular

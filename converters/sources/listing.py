@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fastload.converters.sources.folders import Layout, SourceListing, list_source
+from fastload.converters.sources.folders import list_source
+from fastload.converters.sources.items import Layout, SourceListing
 from fastload.converters.sources.store import list_store_source
 from fastload.errors import SourceError
 

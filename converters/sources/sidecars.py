@@ -2,8 +2,8 @@
 
 As in WebDataset, ``0001.jpg`` with ``0001.json``, ``0001.txt``, ``0001.png`` and ``0001.npy`` beside
 it is one sample: the JSON object's keys become fields (numbers, text, lists as typed arrays: see
-converters.sources.folders._field), the text file is the field ``txt``, and another image or a ``.npy`` of
-the basename a file field named by its extension (``png``: a mask, say; see
+converters.sources.file_lists.typed_field), the text file is the field ``txt``, and another image or
+a ``.npy`` of the basename a file field named by its extension (``png``: a mask, say; see
 converters.sources.file_fields). ``names`` renames those by extension (``{"png": "mask"}``:
 ``--sidecar-names png=mask``), so a sample's fields can say what they hold. When a basename has
 several images, the JPEG is the sample's image.
@@ -19,7 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fastload.converters.sources.folders import Skip, SourceItem, SourceListing, _field, check_field_names
+from fastload.converters.sources.file_lists import typed_field
+from fastload.converters.sources.items import Skip, SourceItem, SourceListing, check_field_names
 from fastload.errors import SourceError
 from fastload.format.files import read_regular
 from fastload.format.layout import RESERVED_FIELD_NAMES
@@ -77,7 +78,7 @@ def attach_sidecars(listing: SourceListing, on_error: str, names: dict[str, str]
             del listing.ignored[kind]
     listing.items = kept
     for name in sorted({key for _, row in rows for key in row}):
-        listing.fields[name], listing.field_values[name] = _field(listing.root, rows, name)
+        listing.fields[name], listing.field_values[name] = typed_field(listing.root, rows, name)
 
 
 def _attach_file_sidecars(listing: SourceListing, on_error: str, rename: dict[str, str]) -> list[str]:

@@ -7,9 +7,8 @@ from typing import Any
 
 import xxhash
 
-from fastload.converters.sources.folders import (
-    Layout, SourceItem, SourceListing, _problem, _suffix, check_found, choose_layout,
-)
+from fastload.converters.sources.folders import _suffix, check_found, choose_layout
+from fastload.converters.sources.items import Layout, SourceItem, SourceListing, bad_entry
 from fastload.errors import SourceError, SourceNotFoundError
 from fastload.format.layout import IMAGE_EXTENSIONS
 
@@ -44,9 +43,9 @@ def list_store_source(store: Any, *, layout: Layout = "auto", extensions: tuple[
             listing.ignored[_suffix(name)] += 1
             continue
         if max_file_size is not None and size > max_file_size:
-            _problem(listing, on_error, store.display(name), name,  # type: ignore[arg-type]
-                     f"{size} bytes is over --max-file-size {max_file_size}; raise the limit or remove it",
-                     None)
+            bad_entry(listing, on_error, store.display(name), name,  # type: ignore[arg-type]
+                      f"{size} bytes is over --max-file-size {max_file_size}; raise the limit or remove it",
+                      None)
             continue
         label = labels[name.split("/", 1)[0]] if layout == "imagefolder" else -1
         # The ETag stands in for a file's mtime in the shard plan: a changed object redoes its shard.

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from fastload.converters import pack
-from fastload.converters.sources.folders import Skip, list_source
+from fastload.converters.sources.folders import list_source
+from fastload.converters.sources.items import Skip
 from fastload import PackedDataset, SourceError
 from tests.conftest import make_jpeg, write_tree
 
