@@ -29,7 +29,8 @@ import torch
 
 import fastload
 from fastload.decode._jpeg_region import decode_region
-from fastload.decode.images import _scaled_box, decode_crop, decode_rgb, draft_scale, image_size
+from fastload.decode.crops import _scaled_box, decode_crop, draft_scale
+from fastload.decode.images import decode_rgb, image_size
 from fastload.decode.pipeline import ImagePipeline
 
 

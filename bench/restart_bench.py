@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 import fastload
-from fastload.decode.images import decode_crop, image_size
+from fastload.decode.crops import decode_crop
+from fastload.decode.images import image_size
 from fastload.decode.pipeline import ImagePipeline
 
 

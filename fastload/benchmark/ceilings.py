@@ -18,7 +18,8 @@ import torch
 from fastload.benchmark.stages import (
     READS_IN_FLIGHT, Probe, drop_cache, make_cold, on_decode_thread, per_call,
 )
-from fastload.decode.images import REGION_DECODE, decode_crop, decode_rgb
+from fastload.decode.crops import REGION_DECODE, decode_crop
+from fastload.decode.images import decode_rgb
 from fastload.decode.transforms import TrainCrop
 
 

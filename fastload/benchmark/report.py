@@ -162,7 +162,7 @@ def machine() -> dict[str, Any]:
 
     from fastload import __version__
     from fastload.config import available_cpus
-    from fastload.decode.images import jpeg_decoder
+    from fastload.decode.crops import jpeg_decoder
 
     cpu = platform.processor() or platform.machine()
     try:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from fastload.samples.collate import ImageBatch, collate_images, new_image_batch
-from fastload.decode.images import decode_crop
+from fastload.decode.crops import decode_crop
 
 StageKind = Literal["io", "cpu", "transfer"]
 READS_IN_FLIGHT = 16  # cold reads: a disk serves many random reads at once

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 from fastload.samples.collate import ImageBatch, new_image_batch
-from fastload.decode.images import MAX_PIXELS, decode_crop, image_size
+from fastload.decode.crops import decode_crop
+from fastload.decode.images import MAX_PIXELS, image_size
 from fastload.errors import CorruptRecordError
 from fastload.sampling.order import rewound_rng
 from fastload.decode.transforms import CropPlan, EvalCrop, TrainCrop

@@ -13,7 +13,7 @@ Box = tuple[float, float, float, float]
 
 @dataclass(frozen=True)
 class CropPlan:
-    """What :func:`fastload.decode.images.decode_crop` cuts from one image and delivers.
+    """What :func:`fastload.decode.crops.decode_crop` cuts from one image and delivers.
 
     Attributes:
         box: ``(left, top, width, height)`` in the original image's pixels (may be fractional).

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from fastload.decode.images import decode_as_stored, decode_crop, decode_rgb
+from fastload.decode.crops import decode_crop
+from fastload.decode.images import decode_as_stored, decode_rgb
 from fastload.decode.files import decode_npy
 from fastload.errors import CorruptRecordError
 from fastload.format.layout import MASK_MODES

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import fastload
-from fastload.decode.images import decode_crop
+from fastload.decode.crops import decode_crop
 from fastload.sampling.epoch_sampler import EpochSampler
 from fastload.errors import CorruptRecordError, MissingDependencyError
 from fastload.loading.transfer import Normalizer

@@ -8,7 +8,7 @@ import torch
 
 from fastload.converters import pack
 from fastload import DataLoader, PackedDataset
-from fastload.decode.images import REGION_DECODE
+from fastload.decode.crops import REGION_DECODE
 from fastload.format import read_manifest
 from fastload.verifier import verify
 from tests.conftest import make_png, write_tree

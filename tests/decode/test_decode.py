@@ -13,7 +13,8 @@ import pytest
 import torch
 from PIL import Image, ImageDraw, ImageFilter
 
-from fastload.decode.images import MAX_PIXELS, decode_crop, decode_rgb, draft_scale, image_size
+from fastload.decode.crops import decode_crop, draft_scale
+from fastload.decode.images import MAX_PIXELS, decode_rgb, image_size
 from fastload.errors import CorruptRecordError
 from fastload.decode.pipeline import ThreadDecoder
 from fastload.decode.transforms import CropPlan, EvalCrop, TrainCrop

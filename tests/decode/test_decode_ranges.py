@@ -13,7 +13,8 @@ from PIL import Image
 
 import fastload
 from fastload.converters import pack
-from fastload.decode.images import decode_crop, decode_rgb, image_size, pixel_limit
+from fastload.decode.crops import decode_crop
+from fastload.decode.images import decode_rgb, image_size, pixel_limit
 from fastload.errors import CorruptRecordError, SkippedRecordWarning
 from fastload.format import file_digest, read_manifest
 from fastload.decode.transforms import CropPlan

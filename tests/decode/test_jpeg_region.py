@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from fastload.decode.images import REGION_DECODE, decode_crop, draft_scale, jpeg_decoder
+from fastload.decode.crops import REGION_DECODE, decode_crop, draft_scale, jpeg_decoder
 from fastload.errors import CorruptRecordError
 from fastload.decode.transforms import CropPlan, EvalCrop, TrainCrop
 from tests.decode.test_decode import encode, photo
@@ -37,7 +37,7 @@ def test_the_native_decoder_is_built_where_libjpeg_headers_exist():
     ("region", "True region decode (libjpeg"),
 ])
 def test_the_environment_can_ask_for_pillow(value, expected):
-    code = "from fastload.decode.images import REGION_DECODE, jpeg_decoder; print(REGION_DECODE, jpeg_decoder())"
+    code = "from fastload.decode.crops import REGION_DECODE, jpeg_decoder; print(REGION_DECODE, jpeg_decoder())"
     env = {**os.environ, "FASTLOAD_JPEG_DECODER": value}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.startswith(expected)
@@ -45,7 +45,7 @@ def test_the_environment_can_ask_for_pillow(value, expected):
 
 def test_a_bad_decoder_name_in_the_environment_is_an_error():
     env = {**os.environ, "FASTLOAD_JPEG_DECODER": "turbo"}
-    out = subprocess.run([sys.executable, "-c", "import fastload.decode.images"], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", "import fastload.decode.crops"], env=env, capture_output=True,
                          text=True)
     assert out.returncode != 0
     assert "FASTLOAD_JPEG_DECODER='turbo': use 'region' or 'pillow'" in out.stderr

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from PIL import Image
 
-from fastload.decode.images import REGION_DECODE, decode_crop
+from fastload.decode.crops import REGION_DECODE, decode_crop
 from fastload.decode.transforms import EvalCrop, TrainCrop
 from tests.decode.test_decode import encode, photo
 from tests.decode.test_jpeg_region import DAMAGE, HEADERS, KINDS, check_damaged, pixels

@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fastload
-from fastload.decode.images import decode_crop, decode_rgb, image_size
+from fastload.decode.crops import decode_crop
+from fastload.decode.images import decode_rgb, image_size
 from fastload.errors import CorruptRecordError, FastloadError, ManifestError
 from fastload.format import file_digest, parse_manifest, read_manifest
 from fastload.decode.transforms import EvalCrop, TrainCrop
