@@ -1,7 +1,8 @@
 """Measuring loaders: ``fastload bench`` (side by side) and ``fastload doctor`` (which stage limits).
 
-    inputs.py       SRC → an image folder (files that cannot be decoded left out, named) and
-                    packed datasets of the same records
+    resolve.py      SRC → an image folder (files that cannot be decoded left out, named) and
+                    packed datasets of the same records; store_inputs.py: URLs among them
+    inputs.py       what the rows run on, and the files of the baseline left out of it
     baseline.py     the ImageFolder + torch DataLoader baseline users have today
     contenders.py   each row's loader: torch defaults/tuned, raw reads, fastload, DALI
     runs.py         timed runs: warm-up, bounded time, data wait, Ctrl-C keeps results

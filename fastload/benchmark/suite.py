@@ -24,8 +24,9 @@ from fastload.benchmark.contenders import fastload_rows, raw_rows, settings_text
 from fastload.benchmark.far import (
     StoreObjects, StoreSpeed, cache_room, objects_store_speed, packed_store_speed, store_raw_rows, store_rows,
 )
-from fastload.benchmark.inputs import Inputs, resolve, skipped_note
+from fastload.benchmark.inputs import Inputs, skipped_note
 from fastload.benchmark.report import BenchReport
+from fastload.benchmark.resolve import resolve
 from fastload.benchmark.ceilings import ceilings
 from fastload.benchmark.monitor import Progress
 from fastload.benchmark.runs import Limits, ModelStep, RunKind, RunResult, RunSpec, run_all

@@ -131,7 +131,7 @@ def test_bench_leaves_out_a_store_object_over_the_size_bound(s3_server: S3Server
                                                              tmp_path) -> None:
     # the bound pack applies (--max-file-size's default), here lowered to 10 KB for a small test
     from fastload.benchmark import far
-    from fastload.benchmark.inputs import resolve
+    from fastload.benchmark.resolve import resolve
 
     monkeypatch.setattr(far, "MAX_FILE_SIZE", "10KB")
     client = s3_server.client()
