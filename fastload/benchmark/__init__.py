@@ -12,6 +12,8 @@
     ceilings.py     what the machine can do: decode per core × cores, memory copy, disk, host→GPU
     verdict.py      measurements → bottleneck + advice (a pure function)
     report.py       the report structure and its JSON schema; text.py table; plot.py PNG
+    judge.py        the loader under test (loader_under_test.py) run, its stages and the
+                    machine's ceilings measured → the verdict
     suite.py        bench() and doctor(): the pipeline of the above
 
 Imported on demand (by the CLI or the user), never by ``import fastload``.

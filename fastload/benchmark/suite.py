@@ -9,31 +9,30 @@ doctor: SRC → the loader it would use, run with a stand-in training step → e
 
 from __future__ import annotations
 
-import functools
-import importlib
 import os
 from collections.abc import Collection, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fastload.benchmark.baseline import ImageFolderBaseline
-from fastload.benchmark.contenders import fastload_rows, raw_rows, settings_text, torch_rows
-from fastload.benchmark.far import (
-    StoreObjects, StoreSpeed, cache_room, objects_store_speed, packed_store_speed, store_raw_rows, store_rows,
-)
+from fastload.benchmark.ceilings import ceilings
+from fastload.benchmark.contenders import fastload_rows, raw_rows, torch_rows
+from fastload.benchmark.far import StoreObjects, store_raw_rows, store_rows
 from fastload.benchmark.inputs import Inputs, skipped_note
+from fastload.benchmark.judge import diagnose_into, judge
+from fastload.benchmark.loader_under_test import (
+    cache_dir,
+    packed_dataset,
+    probe_of,
+    row_name,
+    sequential,
+)
+from fastload.benchmark.monitor import Progress
 from fastload.benchmark.report import BenchReport
 from fastload.benchmark.resolve import resolve
-from fastload.benchmark.ceilings import ceilings
-from fastload.benchmark.monitor import Progress
 from fastload.benchmark.runs import Limits, ModelStep, RunKind, RunResult, RunSpec, run_all
-from fastload.benchmark.stages import (
-    ImageFolderProbe, PackedProbe, Probe, Stage, make_cold, measure_stages, sample_records, shard_files,
-)
-from fastload.benchmark.verdict import Evidence, diagnose
+from fastload.benchmark.stages import sample_records
 from fastload.config import available_cpus
 
 
@@ -102,20 +101,20 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
                 target = _target(inputs, specs, report, image_size)
                 if target is None:  # that loader's row was not run, or delivered nothing
                     shown.note("measuring the machine's ceilings")
-                    probe = _probe_of(inputs.baseline if inputs.baseline is not None
-                                      else _packed_dataset(inputs.packed[0], image_size, inputs))
+                    probe = probe_of(inputs.baseline if inputs.baseline is not None
+                                      else packed_dataset(inputs.packed[0], image_size, inputs))
                     report.ceilings = ceilings(probe, sample_records(probe), cores=cores, cold=cold,
                                                budget=stage_budget, image_size=image_size,
                                                batch_size=batch_size,
-                                               sequential_files=_sequential(inputs, cold))
+                                               sequential_files=sequential(inputs, cold))
                 elif model_step:
-                    _diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold,
-                                   model_step, None, stage_budget, shown, dataset=target[0],
-                                   show_stages=stages)
+                    diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold,
+                                  model_step, None, stage_budget, shown, dataset=target[0],
+                                  show_stages=stages)
                 else:
                     dataset, spec, row = target
-                    _judge(report, inputs, _probe_of(dataset), spec.make(), row, batch_size, image_size,
-                           cold, None, stage_budget, shown, show_stages=stages)
+                    judge(report, inputs, probe_of(dataset), spec.make(), row, batch_size, image_size,
+                          cold, None, stage_budget, shown, show_stages=stages)
         except KeyboardInterrupt:
             report.interrupted = True
         finally:
@@ -137,19 +136,15 @@ def _specs(inputs: Inputs, include: Collection[RunKind], batch_size: int, image_
     if "raw" in include:
         specs += raw_rows(folder, local, batch_size, cold) + store_raw_rows(objects, batch_size)
         for url in stored:
-            specs += store_rows(url, inputs.storage_options, _cache_dir(inputs), batch_size, image_size,
+            specs += store_rows(url, inputs.storage_options, cache_dir(inputs), batch_size, image_size,
                                 train=False)
     if "fastload" in include:
         specs += fastload_rows(local, batch_size, image_size, cold, dali=dali, variants=variants)
         for url in stored:
-            specs += store_rows(url, inputs.storage_options, _cache_dir(inputs), batch_size, image_size,
+            specs += store_rows(url, inputs.storage_options, cache_dir(inputs), batch_size, image_size,
                                 raw=False)
     return specs
 
-
-def _cache_dir(inputs: Inputs) -> str:
-    assert inputs.cache_dir is not None, "resolve() makes a temporary cache for datasets in a store"
-    return inputs.cache_dir
 
 
 def doctor(src: str | os.PathLike[str] | torch.utils.data.Dataset, *, batch_size: int = 64,
@@ -180,16 +175,16 @@ def doctor(src: str | os.PathLike[str] | torch.utils.data.Dataset, *, batch_size
     try:
         if isinstance(src, torch.utils.data.Dataset):
             inputs = Inputs(Path("."), "dataset", None, [])
-            _diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold, model_step,
-                           num_workers, stage_budget, shown, dataset=src)
+            diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold, model_step,
+                          num_workers, stage_budget, shown, dataset=src)
         else:
             with resolve(src, image_size=image_size, pack_missing=False,
                          storage_options=storage_options) as inputs:
                 if inputs.skipped:  # the files the loader was spared, named
                     report.skipped = list(inputs.skipped)
                     report.notes.append(skipped_note(inputs.skipped))
-                _diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold,
-                               model_step, num_workers, stage_budget, shown)
+                diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold,
+                              model_step, num_workers, stage_budget, shown)
     except KeyboardInterrupt:
         report.interrupted = True
     finally:
@@ -203,209 +198,16 @@ def _target(inputs: Inputs, specs: Sequence[RunSpec], report: BenchReport,
     folder with torch's DataLoader (its best row); with its spec and its measured row."""
     mine = inputs.packed[:1] if inputs.packed and not inputs.temporary else []
     if mine:
-        dataset = _packed_dataset(mine[0], image_size, inputs)
-        name = _row_name(dataset)
+        dataset = packed_dataset(mine[0], image_size, inputs)
+        name = row_name(dataset)
     elif inputs.baseline is not None:
         dataset, name = inputs.baseline, report.reference["pipeline"]
     else:
-        dataset = _packed_dataset(inputs.packed[0], image_size, inputs)
-        name = _row_name(dataset)
+        dataset = packed_dataset(inputs.packed[0], image_size, inputs)
+        name = row_name(dataset)
     row = next((r for r in report.measured() if r.name == name), None)
     spec = next((s for s in specs if s.name == name), None)
     return (dataset, spec, row) if row is not None and spec is not None else None
-
-
-def _diagnose_into(report: BenchReport, inputs: Inputs, batch_size: int, image_size: int,
-                   duration: float, samples: int | None, cold: bool, model_step: ModelStep,
-                   num_workers: int | None, budget: float, shown: Progress,
-                   dataset: torch.utils.data.Dataset | None = None, show_stages: bool = True) -> None:
-    """Run SRC's loader with the model step, then each stage alone; add the verdict to ``report``."""
-    cores = available_cpus()
-    if dataset is None:
-        dataset = (inputs.baseline if inputs.src_kind == "folder" else
-                   _packed_dataset(inputs.packed[0], image_size, inputs))
-    spec, probe = _loader_spec(dataset, batch_size, num_workers, cores)
-    if cold:
-        def prepare() -> None:
-            make_cold(probe, range(len(probe)))
-        spec.prepare = prepare
-    runs, interrupted = run_all([spec], Limits(duration, samples, one_epoch=cold),
-                                model_step=model_step, progress=shown, keep_loaders=True)
-    run = runs[0]
-    report.runs.append(run)
-    report.interrupted |= interrupted
-    if interrupted or run.status in ("skipped", "failed"):
-        return
-    loader, run.loader = run.loader, None
-    _judge(report, inputs, probe, loader, run, batch_size, image_size, cold, model_step, budget, shown,
-           show_stages)
-
-
-def _judge(report: BenchReport, inputs: Inputs, probe: Probe, loader: Any, run: RunResult,
-           batch_size: int, image_size: int, cold: bool, model_step: ModelStep, budget: float,
-           shown: Progress, show_stages: bool) -> None:
-    """Each stage of ``loader`` alone and the machine's ceilings → the verdict about ``run``'s
-    loader (its stages stay in the report when ``show_stages``)."""
-    cores = available_cpus()
-    parallel = _parallelism(loader, cores)
-    pinned = bool(getattr(loader, "pin_memory", False))
-    del loader  # built, never iterated: only its settings were needed
-    shown.note("timing each stage alone")
-    stages, sample = measure_stages(probe, batch_size=batch_size, cold=cold, budget=budget)
-    for stage in stages:
-        stage.parallel = parallel.get(stage.name, parallel["decode"])
-    store = _store_speed(probe, parallel["read"])
-    if store is not None:  # the read stage is the store's: its round trips and bandwidth
-        shown.note("measuring the object store")
-        stages[0] = store.stage("as this loader fetches")
-    shown.note("measuring the machine's ceilings")
-    report.ceilings = ceilings(probe, sample, cores=cores, cold=cold, budget=budget, image_size=image_size,
-                               batch_size=batch_size, sequential_files=_sequential(inputs, cold))
-    if store is not None:
-        report.ceilings.update(store.as_dict())
-    rate = report.ceilings["h2d_pinned_mb_s" if pinned else "h2d_pageable_mb_s"]
-    if rate:
-        stages.append(Stage("transfer", "transfer", 3 * image_size**2 / (rate * 1e6)))
-    if show_stages:
-        report.stages = stages
-    verdict = diagnose(Evidence(
-        stages, cores, batch_size, "packed" if isinstance(probe, PackedProbe) else "folder",
-        loader_rate=run.samples_per_s or None,
-        wait_fraction=run.wait_fraction if model_step else None,
-        model_step_s=_step_seconds(model_step, run),
-        reduced_decode=isinstance(probe, PackedProbe) and probe.pipeline is not None,
-        reduced_decode_s=1.0 / reduced if (reduced := report.ceilings["decode_reduced_per_core"]) else None,
-        pinned=pinned if rate else None, dali_installed=_dali_installed(),
-        store_bound=store.bound if store else None, store_latency_s=store.latency_s if store else None,
-        store_mb_s=store.mb_s if store else None, cached=_cached(probe),
-        dataset_bytes=_dataset_bytes(probe), cache_limit=_cache_limit(probe), cuda=torch.cuda.is_available()))
-    report.verdict = replace(verdict, loader=run.name.removeprefix("doctor: "))
-
-
-@functools.cache
-def _dali_installed() -> bool:
-    """Whether ``import nvidia.dali`` works here (the install advice is only for when it fails)."""
-    try:
-        importlib.import_module("nvidia.dali")
-    except Exception:  # not installed, or installed but broken (CUDA libraries missing, ...)
-        return False
-    return True
-
-
-def _step_seconds(model_step: ModelStep, run: RunResult) -> float | None:
-    """The stand-in step's length: as given, or for a callable, the loop's time not spent waiting."""
-    if not model_step:
-        return None
-    if not callable(model_step):
-        return float(model_step)
-    busy = run.seconds * (1.0 - (run.wait_fraction or 0.0))
-    return busy / run.batches if run.batches else None
-
-
-def _loader_spec(dataset: Any, batch_size: int, num_workers: int | None,
-                 cores: int) -> tuple[RunSpec, Probe]:
-    from fastload.dataset import PackedDataset
-    from fastload.loading.loader import DataLoader
-
-    if isinstance(dataset, PackedDataset):
-        kwargs: dict[str, Any] = {} if num_workers is None else {"num_workers": num_workers}
-        spec = RunSpec(f"doctor: {_row_name(dataset)}", "fastload", dataset.manifest.storage,
-                       lambda: DataLoader(dataset, batch_size=batch_size, shuffle=True, **kwargs),
-                       settings_text,
-                       dataset.manifest.total_bytes / max(1, len(dataset)))
-        return spec, PackedProbe(dataset)
-    for method in ("read", "decode", "transform"):
-        if not callable(getattr(dataset, method, None)):
-            raise TypeError(f"doctor: {type(dataset).__name__} has no {method}() method; pass a "
-                            "PackedDataset, a path, or a Dataset with read/decode/transform methods "
-                            "(subclass fastload.benchmark.ImageFolderBaseline)")
-    workers = cores if num_workers is None else num_workers
-    extra: dict[str, Any] = {"persistent_workers": True} if workers else {}
-    size = dataset.mean_size() if isinstance(dataset, ImageFolderBaseline) else 0.0
-    what = ("ImageFolder (folder, Pillow)" if type(dataset) is ImageFolderBaseline else
-            "small objects in a store (one GET each, Pillow)" if type(dataset) is StoreObjects
-            else f"{type(dataset).__name__} (your Dataset)")
-    spec = RunSpec(f"doctor: torch {what}", "baseline", "folder",
-                   lambda: torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,
-                                                       num_workers=workers, **extra),
-                   f"num_workers={workers}", size)
-    return spec, ImageFolderProbe(dataset)
-
-
-def _parallelism(loader: Any, cores: int) -> dict[str, int]:
-    """How many of each stage the loader runs at once (a worker runs a sample's stages in turn)."""
-    settings = getattr(loader, "settings", None)
-    if settings is not None and settings.mode == "threads":
-        threads = getattr(loader.dataset, "decode_threads", None) or cores
-        return {"read": 1, "decode": threads, "transform": threads, "collate": 1}
-    workers = max(1, int(getattr(loader, "num_workers", 0)))
-    return {"read": workers, "decode": workers, "transform": workers, "collate": workers}
-
-
-def _packed_dataset(path: Path | str, image_size: int, inputs: Inputs) -> Any:
-    """The packed dataset at ``path`` with the train pipeline (one in a store through the run's
-    temporary node cache, empty at first: what a first epoch on a new node reads)."""
-    from fastload.dataset import PackedDataset
-
-    if isinstance(path, Path):
-        return PackedDataset(path, image_size=image_size, train=True)
-    return PackedDataset(path, image_size=image_size, train=True, storage_options=inputs.storage_options,
-                         cache_dir=_cache_dir(inputs), cache_limit=_room_for(path, inputs))
-
-
-def _room_for(url: str, inputs: Inputs) -> int:
-    from fastload.storage.packed import locate_packed
-
-    return cache_room(locate_packed(url, inputs.storage_options).manifest())
-
-
-def _row_name(dataset: Any) -> str:
-    """The name of fastload's train row on this dataset (see contenders / far)."""
-    where = ", store" if dataset.reader.remote is not None else ""
-    return f"fastload {dataset.manifest.storage}{where}"
-
-
-def _store_speed(probe: Probe, reads_at_once: int) -> StoreSpeed | None:
-    """What the object store behind ``probe`` allows, as its loader fetches (None: not in a store)."""
-    dataset = getattr(probe, "dataset", None)
-    if isinstance(dataset, StoreObjects):
-        return objects_store_speed(dataset, reads_at_once)
-    if isinstance(probe, PackedProbe) and dataset.reader.remote is not None:
-        return packed_store_speed(dataset)
-    return None
-
-
-def _cached(probe: Probe) -> bool:
-    """Whether a dataset in a store is read through a node cache."""
-    reader = getattr(getattr(probe, "dataset", None), "reader", None)
-    remote = getattr(reader, "remote", None)
-    return remote is None or remote.cache is not None
-
-
-def _cache_limit(probe: Probe) -> int | None:
-    """The bytes the node cache of a dataset in a store may hold (None: none)."""
-    remote = getattr(getattr(getattr(probe, "dataset", None), "reader", None), "remote", None)
-    cache = getattr(remote, "cache", None)
-    return cache.limit if cache is not None else None
-
-
-def _dataset_bytes(probe: Probe) -> int | None:
-    dataset = getattr(probe, "dataset", None)
-    if isinstance(dataset, StoreObjects):
-        return sum(dataset.sizes)
-    manifest = getattr(dataset, "manifest", None)
-    return manifest.total_bytes if manifest is not None else None
-
-
-def _probe_of(dataset: Any) -> Probe:
-    from fastload.dataset import PackedDataset
-
-    return PackedProbe(dataset) if isinstance(dataset, PackedDataset) else ImageFolderProbe(dataset)
-
-
-def _sequential(inputs: Inputs, cold: bool) -> list[str]:
-    first = inputs.packed[0] if inputs.packed else None
-    return shard_files(first) if cold and isinstance(first, Path) else []
 
 
 def _check(batch_size: int, duration: float, samples: int | None) -> None:

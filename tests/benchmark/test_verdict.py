@@ -144,19 +144,19 @@ def test_the_verdict_prints_its_label_reason_and_advice():
 def test_dali_install_advice_only_when_dali_does_not_import(monkeypatch):
     import sys
 
-    from fastload.benchmark import suite
+    from fastload.benchmark import judge
 
     missing = diagnose(Evidence(stages(), cores=2, batch_size=64, dali_installed=False, cuda=True))
     there = diagnose(Evidence(stages(), cores=2, batch_size=64, dali_installed=True, cuda=True))
     assert any("backend='dali') (pip install nvidia-dali-cuda120)" in a for a in missing.advice)
     assert any(a.endswith("backend='dali')") for a in there.advice)
     assert not any("pip install" in a for a in there.advice)
-    suite._dali_installed.cache_clear()
+    judge._dali_installed.cache_clear()
     monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # import nvidia.dali now raises ImportError
     try:
-        assert suite._dali_installed() is False
+        assert judge._dali_installed() is False
     finally:
-        suite._dali_installed.cache_clear()
+        judge._dali_installed.cache_clear()
 
 
 def test_no_gpu_decode_advice_without_a_cuda_device():
