@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from fastload.cli import build_parser
+from fastload.cli.parser import build_parser
 from tests.conftest import REPO
 
 CLI, BENCHMARKS = (REPO / "docs" / "cli.md").read_text(), (REPO / "docs" / "benchmarks.md").read_text()

@@ -1,158 +1,17 @@
-"""The ``fastload`` command: a thin argparse front over library calls, one function per subcommand."""
+"""The ``fastload`` command's arguments: every subcommand's options, their types and defaults."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
-from collections.abc import Sequence
-from typing import Any
 
-from fastload.config import format_size
-from fastload.errors import FastloadError
-from fastload.format.layout import FILE_TYPES
-
-
-def _count(n: int, noun: str) -> str:
-    """``1 shard``, ``2 shards``, ``3 classes``."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith('s') else 's'}"
-
-
-def _text(value: Any, default: str = "?") -> str:
-    """A free-form manifest value as text: any JSON value prints, none crashes."""
-    if value is None or value == "":
-        return default
-    return value if isinstance(value, str) else str(value)
-
-
-def _copied(packed: dict) -> str:
-    if packed.get("restart_markers"):
-        return "none (JPEGs rewritten losslessly, see below; other files copied exactly)"
-    return "none (bytes copied exactly)"
-
-
-def _pack(args: argparse.Namespace) -> int:
-    from fastload.converters import pack
-
-    report = pack(args.src, args.out, format=args.format, shard_size=args.shard_size, workers=args.workers,
-                  extensions=args.extensions, on_error=args.on_error, max_side=args.max_side,
-                  quality=args.quality, overwrite=args.overwrite, progress=False if args.quiet else None,
-                  layout=args.layout, check=args.check, max_pixels=args.max_pixels,
-                  restart_markers=args.restart_markers, max_file_size=args.max_file_size,
-                  storage_options=_storage_options(args), staging=args.staging, sidecars=args.sidecars,
-                  file_columns=[c for c in (args.file_columns or "").split(",") if c], root=args.root,
-                  allow_outside_root=args.allow_outside_root, sidecar_names=args.sidecar_names)
-    print(report.summary())
-    return 0
-
-
-def _info(args: argparse.Namespace) -> int:
-    from fastload.storage.location import is_remote
-    from fastload.summary import describe
-
-    info = describe(args.path, _storage_options(args))
-    if args.json:
-        print(json.dumps(info, indent=2))
-        return 0
-    # "packed" is free-form JSON: print what it holds, whatever the types
-    packed = info["packed"] if isinstance(info["packed"], dict) else {}
-    print(f"{info['path']}: {_count(info['records'], 'record')}, {format_size(info['payload_bytes'])} of "
-          f"payload in {_count(len(info['shards']), info['storage'] + ' shard')} "
-          f"({format_size(info['disk_bytes'])} {'in the store' if is_remote(info['path']) else 'on disk'})")
-    print(f"  packed {_text(packed.get('created'))} by fastload {_text(packed.get('fastload_version'))} "
-          f"from {_text(packed.get('source'))} ({_text(packed.get('layout'))} layout), "
-          f"re-encode: {_text(packed.get('reencode'), '') or _copied(packed)}, "
-          f"skipped: {_text(packed.get('skipped'), '0')}")
-    markers = packed.get("restart_markers")
-    if markers:
-        kept = markers.get("kept_as_is", 0) if isinstance(markers, dict) else None
-        print("  JPEGs rewritten losslessly with restart markers (fast crop decode)"
-              + (f"; {_text(kept, '0')} kept as they were" if kept is not None else ""))
-    if info["classes"]:
-        print(f"  {_count(len(info['classes']), 'class')}:")
-        for c in info["classes"]:
-            print(f"    {c['label']:>5}  {c['name']}: {c['records']}")
-    elif info["labels"]:
-        print(f"  {_count(info['labels'], 'distinct label')} (no class names)")
-    if info["unlabeled"]:
-        print(f"  unlabeled records: {info['unlabeled']}")
-    files = {k: v for k, v in info["fields"].items() if v in FILE_TYPES}
-    values = {k: v for k, v in info["fields"].items() if k not in files}
-    if values:
-        print("  extra fields: " + ", ".join(f"{k} ({v})" for k, v in values.items()))
-    if files:
-        print("  file fields (a file per record, beside its own): "
-              + ", ".join(f"{k} ({v})" for k, v in files.items()))
-    for s in info["shards"]:
-        print(f"  {s['file']}: {_count(s['records'], 'record')}, {format_size(s['bytes'])}")
-    return 0
-
-
-def _verify(args: argparse.Namespace) -> int:
-    from fastload.verifier import verify
-
-    report = verify(args.path, decode=args.decode, storage_options=_storage_options(args))
-    for problem in report.problems:
-        print(f"BAD {problem}", file=sys.stderr)
-    for bad in report.bad:
-        print(f"BAD {bad}", file=sys.stderr)
-    status = "OK" if report.ok else "FAILED"
-    fields = f" with their file fields ({', '.join(report.file_fields)})" if report.file_fields else ""
-    print(f"{status}: {report.checked} of {_count(report.num_records, 'record')} checked{fields}"
-          f"{' and decoded' if args.decode else ''}, {len(report.bad)} bad, "
-          f"{_count(len(report.problems), 'dataset problem')}")
-    return 0 if report.ok else 1
-
-
-def _tune(args: argparse.Namespace) -> int:
-    from fastload.dataset import PackedDataset
-    from fastload.loading.tuner import tune
-
-    dataset = PackedDataset(args.path, image_size=args.image_size, train=not args.eval,
-                            storage_options=_storage_options(args))
-    settings = tune(dataset, batch_size=args.batch_size, batches=args.batches)
-    if args.json:
-        print(json.dumps({"num_workers": settings.num_workers, "prefetch_factor": settings.prefetch_factor,
-                          "pin_memory": settings.pin_memory, "mode": settings.mode,
-                          "prefetch_batches": settings.prefetch_batches, "reasons": settings.reasons},
-                         indent=2))
-    else:
-        print(settings)
-    return 0
-
-
-def _bench(args: argparse.Namespace) -> int:
-    from fastload.benchmark import bench
-
-    _check_plot(args)
-    from fastload.config import available_cpus
-
-    # --prefetch-factor applies with or without --torch-workers (default: one worker per core)
-    grid = [(w, args.prefetch_factor) for w in args.torch_workers or [available_cpus()]]
-    report = bench(args.src, args.packed, batch_size=args.batch_size, image_size=args.image_size,
-                   duration=args.duration, samples=args.samples, cold=args.cold, stages=args.stages,
-                   model_step=_model_step(args), torch_grid=grid, dali=not args.no_dali,
-                   temp_pack=args.temp_pack, work=args.work, repeats=args.repeats,
-                   progress=False if args.quiet else None, storage_options=_storage_options(args))
-    return _report(report, args)
-
-
-def _doctor(args: argparse.Namespace) -> int:
-    from fastload.benchmark import doctor
-
-    _check_plot(args)
-    report = doctor(args.src, batch_size=args.batch_size, image_size=args.image_size,
-                    num_workers=args.num_workers, duration=args.duration, samples=args.samples,
-                    cold=args.cold, model_step=_model_step(args), progress=False if args.quiet else None,
-                    storage_options=_storage_options(args))
-    return _report(report, args)
-
-
-def _storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
-    from fastload.storage.location import parse_storage_options
-
-    return parse_storage_options(args.storage_option) or None
+from fastload.cli.commands import (
+    bench_command,
+    doctor_command,
+    info_command,
+    pack_command,
+    tune_command,
+    verify_command,
+)
 
 
 def _renames(text: str) -> dict[str, str]:
@@ -168,31 +27,6 @@ def _add_storage_option(p: argparse.ArgumentParser) -> None:
                    help="an fsspec option of the object store in a URL (repeat): endpoint_url=http://"
                         "host:9000, anon=true, key=..., secret=...; credentials otherwise come the "
                         "store's standard way (environment variables, config files)")
-
-
-def _model_step(args: argparse.Namespace) -> float | None:
-    return args.model_step_ms / 1000 if args.model_step_ms else None
-
-
-def _check_plot(args: argparse.Namespace) -> None:
-    if args.plot:  # before a minute of measuring, not after
-        from fastload.optional import require
-
-        require("matplotlib", "the benchmark chart (--plot)")
-
-
-def _report(report: Any, args: argparse.Namespace) -> int:
-    """Print the table; write JSON and PNG; 130 when Ctrl-C cut it short, 1 when a row failed."""
-    print(report.table())
-    if args.json:
-        print(f"json: {report.write_json(args.json)}")
-    if args.plot:
-        from fastload.benchmark.plot import write_plot
-
-        print(f"plot: {write_plot(report, args.plot)}")
-    if report.interrupted:
-        return 130
-    return 1 if any(r.status == "failed" for r in report.runs) else 0
 
 
 def _add_measure_options(p: argparse.ArgumentParser, duration: float) -> None:
@@ -285,19 +119,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--staging", metavar="DIR", default=None,
                    help="with OUT in an object store: the local folder the shards are written in before "
                         "upload (default: in the cache folder, FASTLOAD_CACHE_DIR or ~/.cache/fastload)")
-    p.set_defaults(run=_pack)
+    p.set_defaults(run=pack_command)
 
     p = sub.add_parser("info", help="show what a packed dataset holds")
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_storage_option(p)
-    p.set_defaults(run=_info)
+    p.set_defaults(run=info_command)
 
     p = sub.add_parser("verify", help="recompute every record's checksum; exit 1 if anything is wrong")
     p.add_argument("path")
     p.add_argument("--decode", action="store_true", help="also decode every image")
     _add_storage_option(p)
-    p.set_defaults(run=_verify)
+    p.set_defaults(run=verify_command)
 
     p = sub.add_parser("tune", help="measure a short grid of loader settings on a packed dataset")
     p.add_argument("path", help="packed dataset folder")
@@ -307,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batches", type=int, default=6, help="timed batches per candidate (default 6)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_storage_option(p)
-    p.set_defaults(run=_tune)
+    p.set_defaults(run=tune_command)
 
     p = sub.add_parser("bench", help="loaders side by side: torch ImageFolder vs fastload, same records")
     p.add_argument("src", help="image folder, packed dataset, or folder with --packed copies; or "
@@ -329,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work", default=None, help="where the temporary dataset goes, and the temporary "
                                                 "node cache of datasets in a store (default: system temp)")
     _add_storage_option(p)
-    p.set_defaults(run=_bench)
+    p.set_defaults(run=bench_command)
 
     p = sub.add_parser("doctor", help="time each loader stage alone and name the bottleneck")
     p.add_argument("src", help="image folder (ImageFolder + torch DataLoader) or packed dataset (fastload); "
@@ -338,26 +172,5 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-workers", type=int, default=None,
                    help="your loader's num_workers (folder default: one per core; packed: auto)")
     _add_storage_option(p)
-    p.set_defaults(run=_doctor)
+    p.set_defaults(run=doctor_command)
     return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``fastload`` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
-    try:
-        return args.run(args)
-    except BrokenPipeError:  # `fastload info ... | head`: the reader has what it wanted
-        # Python would complain again while flushing stdout at exit: point it at /dev/null first.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141  # what a shell reports for a process ended by SIGPIPE (128 + 13), as `cat | head`
-    except KeyboardInterrupt:
-        print("fastload: interrupted; run the same command again to resume", file=sys.stderr)
-        return 130
-    except (FastloadError, ValueError, OSError) as exc:
-        print(f"fastload: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
