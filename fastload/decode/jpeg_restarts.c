@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jpeg_native.h"
+#include "jpeg_errors.h"
+#include "jpeg_restarts.h"
 
 #include <jerror.h>
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jpeg_native.h"
+#include "jpeg_splice.h"
 
 typedef struct {
     size_t header_end;            /* first byte of the entropy-coded data */
