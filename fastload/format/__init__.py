@@ -1,8 +1,8 @@
 """The on-disk contract shared by the converters (write side) and the readers (read side)."""
 
-from fastload.format.index import (
-    ArrayColumn, RecordIndex, StringColumn, encode_arrays, encode_strings, load_column, load_strings, write_columns,
-)
+from fastload.format.column_writer import encode_arrays, encode_strings, write_columns
+from fastload.format.columns import ArrayColumn, StringColumn, load_column, load_strings
+from fastload.format.index import RecordIndex
 from fastload.format.layout import (
     COLUMNS, FIELD_PREFIX, FORMAT_VERSION, HDF5_DATA, HDF5_OFFSETS, INDEX_DIR, MANIFEST_NAME,
     NO_LABEL, PACK_LOCK_NAME, PACK_STATE_DIR, SKIPPED_REPORT_NAME, STORAGE_KINDS, StorageKind,

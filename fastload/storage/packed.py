@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastload.errors import BucketNotFound, DatasetNotFoundError, FastloadError, ManifestError, RemoteNotFound
-from fastload.format.index import ReadFile, RecordIndex, local_files
+from fastload.format.columns import ReadFile, local_files
+from fastload.format.index import RecordIndex
 from fastload.format.layout import MANIFEST_NAME
 from fastload.format.manifest import MAX_MANIFEST_BYTES, Manifest, parse_manifest, read_manifest
 from fastload.storage.location import is_remote, local_path
