@@ -16,7 +16,7 @@ from fastload.format import (
     FIELD_PREFIX, PACK_STATE_DIR, SKIPPED_REPORT_NAME, Manifest, ShardInfo, StorageKind, encode_arrays,
     encode_strings, file_digest, write_columns, write_manifest,
 )
-from fastload.format.layout import FILE_COLUMNS, IMAGE_EXTENSIONS, array_type
+from fastload.format.layout import FILE_COLUMNS, array_type
 
 
 def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[str, Any]],
@@ -67,7 +67,7 @@ def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[s
                                 data_offset=r["data_offset"], num_entries=r.get("entries", n)))
         first += n
     report_path = write_skipped_report(out, skipped)
-    is_images = all(listing.items[i].rel.lower().endswith(IMAGE_EXTENSIONS) for i in items)
+    is_images = all(listing.is_image(listing.items[i]) for i in items)
     from fastload import __version__
 
     manifest = Manifest(

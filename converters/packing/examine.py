@@ -20,7 +20,7 @@ from fastload.converters.packing.readahead import (
 from fastload.converters.packing.reencode import reencode_jpeg
 from fastload.converters.packing.restarts import with_restart_markers
 from fastload.converters.sources.file_fields import FileFacts, check_record_files
-from fastload.converters.sources.items import SourceItem
+from fastload.converters.sources.items import MemberReader, SourceItem
 
 from fastload.format import record_checksum
 from fastload.format.files import read_regular
@@ -51,8 +51,10 @@ class Examiner:
     """Each item's files read (many in flight) and examined, in item order, for the shard writer."""
 
     def __init__(self, items: list[SourceItem], options: dict[str, Any], file_types: dict[str, str],
-                 src_store: RemoteStore | None = None) -> None:
-        self.items, self.options, self.src_store = items, options, src_store
+                 src_store: RemoteStore | None = None, reader: MemberReader | None = None,
+                 images: bool | None = None) -> None:
+        self.items, self.options, self.src_store, self.reader = items, options, src_store, reader
+        self.images = images  # True: every item is an image; None: those named like one
         self.file_types = file_types  # file field → type, in the order of each item's ``files``
         self.pixels = PixelBudget(_PIXELS_IN_FLIGHT)
         self.decodes = bool(options["reencode"] or options["restart_markers"] or options["check"] == "decode")
@@ -62,6 +64,9 @@ class Examiner:
     def loaded(self, pool: ThreadPoolExecutor, indices: list[int]) -> Iterator[Loaded]:
         """Every item read and examined, in order (see converters.packing.readahead for the two ways)."""
         workers = self.options["workers"]
+        if self.reader is not None:  # records inside other files: read in order, examined on the pool
+            yield from self._members(pool, indices, self.reader)
+            return
         if self.decodes:
             yield from map_in_order(pool, self._load, indices, lambda i: self.items[i].total_size,
                                     max_items=workers * 8, max_weight=_READ_AHEAD_BYTES)
@@ -77,6 +82,26 @@ class Examiner:
                 yield self._examine(index, data, [next(contents) for _ in self.items[index].files])
         finally:
             contents.close()  # the files opened ahead
+
+    def _members(self, pool: ThreadPoolExecutor, indices: list[int], reader: MemberReader) -> Iterator[Loaded]:
+        contents = reader.contents([self.items[i] for i in indices])
+        read: dict[int, tuple[bytes | OSError, list[bytes | OSError]]] = {}
+
+        def fetched() -> Iterator[int]:
+            for index in indices:
+                read[index] = (next(contents), [next(contents) for _ in self.items[index].files])
+                yield index
+
+        try:
+            if not self.decodes:
+                for index in fetched():
+                    yield self._examine(index, *read.pop(index))
+                return
+            yield from map_in_order(pool, lambda i: self._examine(i, *read.pop(i)), fetched(),
+                                    lambda i: self.items[i].total_size, max_items=self.options["workers"] * 8,
+                                    max_weight=_READ_AHEAD_BYTES)
+        finally:
+            contents.close()
 
     def _paths(self, index: int) -> list[Path]:
         item = self.items[index]
@@ -115,7 +140,8 @@ class Examiner:
     def _examine_file(self, index: int, data: bytes | OSError) -> Loaded:
         if isinstance(data, OSError):
             return Loaded(index, None, reason=f"unreadable file ({data.strerror or data})")
-        if not self.items[index].rel.lower().endswith(IMAGE_EXTENSIONS):
+        if not (self.images if self.images is not None else
+                self.items[index].rel.lower().endswith(IMAGE_EXTENSIONS)):
             return Loaded(index, data, checksum=record_checksum(data))
         kept_as_is = None
         try:

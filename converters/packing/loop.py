@@ -39,6 +39,9 @@ OnError = Literal["fail", "skip"]
 
 def default_out(src: Path) -> Path:
     """``./images`` → ``./images.fl``; ``./train.csv`` → ``./train.fl``."""
+    if "{" in src.name:  # a brace list of tars: data-{000..009}.tar → data.fl
+        stem = src.name.split("{", 1)[0].rstrip("-_.") or "shards"
+        return Path(os.path.abspath(src.parent)) / (stem + ".fl")
     src = Path(os.path.abspath(src))
     return src.with_suffix(".fl") if src.is_file() else src.with_name(src.name + ".fl")
 
@@ -130,7 +133,8 @@ class _PackJob:
         """Write the shards that are not finished yet, then the index and the manifest, into ``out``;
         ``on_shard(path)`` is called with each finished shard file (kept ones first)."""
         writer = Packer(self.listing.items, out, self.options["storage"], self.options, self.progress,
-                        self.src_store, on_shard, file_types=dict(self.listing.file_fields))
+                        self.src_store, on_shard, file_types=dict(self.listing.file_fields),
+                        reader=self.listing.reader, images=self.listing.images)
         shard_records = writer.run(self.plans)
         try:
             report = finalize(out, self.options["storage"], self.listing, shard_records, self.options,

@@ -14,7 +14,7 @@ from fastload.converters.packing.examine import Examiner, Loaded
 from fastload.converters.packing.interrupt import interrupt_between_files
 from fastload.converters.packing.plan import Journal, JournalWriteError, ShardPlan, stamps_digest
 from fastload.converters.packing.report import progress_bar, write_error
-from fastload.converters.sources.items import SourceItem
+from fastload.converters.sources.items import MemberReader, SourceItem
 from fastload.converters.writers import WRITERS
 from fastload.converters.writers.behind import WriteBehind, WriteFailed
 
@@ -30,14 +30,15 @@ class Packer:
 
     def __init__(self, items: list[SourceItem], out: Path, storage: StorageKind,
                  options: dict[str, Any], progress: bool | None, src_store: RemoteStore | None = None,
-                 on_shard: Callable[[Path], None] | None = None, file_types: dict[str, str] | None = None) -> None:
+                 on_shard: Callable[[Path], None] | None = None, file_types: dict[str, str] | None = None,
+                 reader: MemberReader | None = None, images: bool | None = None) -> None:
         self.items, self.out, self.storage, self.options = items, out, storage, options
         self.file_types = file_types or {}  # file field → type, in the order of each item's ``files``
         self.on_shard = on_shard
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.journal = Journal(out)
         self.work = out / PACK_STATE_DIR  # private (0700): shards are written here, then renamed
-        self.examiner = Examiner(items, options, self.file_types, src_store)  # the read side
+        self.examiner = Examiner(items, options, self.file_types, src_store, reader, images)  # the read side
         self.resumed = 0
 
     def run(self, plans: list[ShardPlan]) -> list[dict[str, Any]]:

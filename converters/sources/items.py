@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import stat
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from fastload.converters.sources.confine import ListRoot
 
@@ -21,7 +21,7 @@ from fastload.errors import SourceError
 from fastload.format.files import kernel_refusal, kind_of
 from fastload.format.layout import IMAGE_EXTENSIONS, field_name_problem
 
-Layout = Literal["auto", "imagefolder", "flat", "list"]
+Layout = Literal["auto", "imagefolder", "flat", "list", "webdataset"]
 LIST_SUFFIXES = (".csv", ".jsonl")
 
 
@@ -34,6 +34,7 @@ class SourceFile:
     size: int  # -1: could not be examined (reported, naming its record, when read)
     mtime_ns: int
     stamp: tuple[int, int] = (-1, -1)  # (ctime_ns, inode): what a rewrite cannot keep (see converters.packing.plan)
+    offset: int = -1  # -1: the whole file at ``path``; else ``size`` bytes at this offset of it (a tar member)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class SourceItem:
     mtime_ns: int
     files: tuple[SourceFile, ...] = ()
     stamp: tuple[int, int] = (-1, -1)  # (ctime_ns, inode): what a rewrite cannot keep (see converters.packing.plan)
+    offset: int = -1  # -1: the whole file at ``path``; else ``size`` bytes at this offset of it (a tar member)
 
     @property
     def total_size(self) -> int:
@@ -61,6 +63,16 @@ class Skip:
 
     rel: str
     reason: str
+
+
+class MemberReader(Protocol):
+    """How a source whose records live inside other files (tar members) is read at pack time."""
+
+    def read(self, path: Path, offset: int, size: int) -> bytes: ...
+
+    def contents(self, items: Sequence[SourceItem]) -> Iterator[bytes | OSError]:
+        """Each item's payload, then its files', in order (an OSError in a payload's place)."""
+        ...
 
 
 @dataclass
@@ -77,6 +89,11 @@ class SourceListing:
     skipped: list[Skip] = field(default_factory=list)  # bad entries, and links to folders listed already
     ignored: Counter[str] = field(default_factory=Counter)  # extension → count, not selected
     list_root: ListRoot | None = None  # a file list's: where the paths it gives may point
+    images: bool | None = None  # True: every item is an image, whatever its name; None: by its extension
+    reader: MemberReader | None = None  # records inside other files: how they are read (else whole files)
+
+    def is_image(self, item: SourceItem) -> bool:
+        return self.images if self.images is not None else item.rel.lower().endswith(IMAGE_EXTENSIONS)
 
 
 def normalize_extensions(extensions: list[str] | tuple[str, ...] | None) -> tuple[str, ...]:

@@ -10,7 +10,10 @@ from typing import Any
 from fastload.converters.sources.folders import list_source
 from fastload.converters.sources.items import Layout, SourceListing
 from fastload.converters.sources.store import list_store_source
+from fastload.converters.sources.tars import is_tar_source
+
 from fastload.errors import SourceError
+from fastload.format.layout import IMAGE_EXTENSIONS
 
 
 def list_to_pack(src: object, src_store: Any, src_path: Path | None, *, layout: Layout, extensions: tuple[str, ...],
@@ -28,6 +31,9 @@ def list_to_pack(src: object, src_store: Any, src_path: Path | None, *, layout: 
         return list_store_source(src_store, layout=layout, extensions=extensions, on_error=on_error,
                                  max_file_size=options["max_file_size"])
     assert src_path is not None
+    if layout == "webdataset" or (layout == "auto" and is_tar_source(src_path)):
+        return _list_tars(src_path, extensions, on_error, options, sidecars, file_columns, root, allow_outside_root,
+                          sidecar_names)
     listing = list_source(src_path, layout=layout, extensions=extensions, on_error=on_error,
                           max_file_size=options["max_file_size"], root=root, allow_outside_root=allow_outside_root)
     if sidecars:
@@ -45,6 +51,28 @@ def list_to_pack(src: object, src_store: Any, src_path: Path | None, *, layout: 
         from fastload.converters.sources.file_fields import attach_file_columns
 
         attach_file_columns(listing, file_columns, options["max_file_size"], on_error)
+    if options["reencode"] and options["reencode"]["max_side"] and listing.file_fields:
+        raise SourceError(f"{src}: --max-side would shrink the images but not their file fields "
+                          f"({', '.join(listing.file_fields)}), which must stay their size; pack without it")
+    return listing
+
+
+def _list_tars(src: Path, extensions: tuple[str, ...], on_error: str, options: dict[str, Any], sidecars: bool,
+               file_columns: tuple[str, ...], root: object, allow_outside_root: bool,
+               sidecar_names: dict[str, str] | None) -> SourceListing:
+    """WebDataset tars: their members are grouped by key already (``--sidecars`` changes nothing); one
+    ``--extensions`` names the image member (jpg) when samples hold several images."""
+    from fastload.converters.sources.webdataset import list_tars
+
+    if file_columns or root is not None or allow_outside_root:
+        raise SourceError(f"{src}: --file-columns, --root and --allow-outside-root are for CSV/JSONL file lists; "
+                          "a tar's members are its samples' fields already: leave them out")
+    if extensions != IMAGE_EXTENSIONS and len(extensions) != 1:
+        raise SourceError(f"{src}: --extensions names the one member that is each sample's image in WebDataset "
+                          f"tars (jpg), not {len(extensions)}")
+    image_ext = extensions[0].lstrip(".") if extensions != IMAGE_EXTENSIONS else None
+    listing = list_tars(src, on_error=on_error, max_file_size=options["max_file_size"], image_ext=image_ext,
+                        names=sidecar_names)
     if options["reencode"] and options["reencode"]["max_side"] and listing.file_fields:
         raise SourceError(f"{src}: --max-side would shrink the images but not their file fields "
                           f"({', '.join(listing.file_fields)}), which must stay their size; pack without it")

@@ -1,0 +1,239 @@
+"""WebDataset tar shards as a source: each key's members are one sample, read in place from the tars.
+
+Members are grouped as WebDataset groups them: a member's key is its path up to the first dot of
+its file name (``a/0001.seg.png``: key ``a/0001``, extension ``seg.png``, lower-cased), and the
+consecutive members of one key are one sample. The sample's image is its member of the image
+extension (``image_ext``; by default the first of jpg, jpeg, png, webp, ... that the first sample
+has); ``cls`` is its label (a whole number), ``txt`` the text field ``txt``, ``json`` an object
+whose keys become typed fields (as a JSONL list's columns), and every other member a file field
+named by its extension (``png``: a mask, ``npy``: an array; ``names`` renames them, as
+``--sidecar-names`` does). Members are read in place (offsets from the tar's headers), never
+extracted. A source is a ``.tar`` file, a brace list (``data-{000000..000099}.tar``) or a folder of
+``.tar`` files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from fastload.converters.sources.file_fields import field_type
+from fastload.converters.sources.file_lists import typed_field
+from fastload.converters.sources.items import (
+    Skip,
+    SourceFile,
+    SourceItem,
+    SourceListing,
+    check_field_names,
+)
+from fastload.converters.sources.tars import TarMembers, tar_paths
+
+from fastload.errors import SourceError
+from fastload.format.files import open_regular
+from fastload.format.layout import IMAGE_EXTENSIONS, RESERVED_FIELD_NAMES
+
+_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # WebDataset's own rule (webdataset.tariterators)
+_IMAGE_EXTS = tuple(ext.lstrip(".") for ext in IMAGE_EXTENSIONS)
+_TEXT_EXTS = ("cls", "txt", "json")  # read at listing time into the index; the rest are payloads
+_MAX_TEXT_BYTES = 16 * 2**20
+
+
+class _DamagedTar(Exception):
+    def __init__(self, rel: str, reason: str) -> None:
+        super().__init__(reason)
+        self.rel, self.reason = rel, reason
+
+
+@dataclass
+class _Member:
+    tar: Path
+    name: str
+    offset: int
+    size: int
+
+
+def list_tars(src: Path, *, on_error: str, max_file_size: int | None, image_ext: str | None = None,
+              names: dict[str, str] | None = None) -> SourceListing:
+    """Every sample of the tars ``src`` names, in tar and member order (see the module's docstring)."""
+    root, tars = tar_paths(src)
+    listing = SourceListing(root=root, layout="webdataset", items=[], classes=None, images=True,
+                            reader=TarMembers())
+    groups: list[tuple[Path, str, dict[str, _Member]]] = []
+    seen: dict[str, Path] = {}
+    for tar in tars:
+        try:
+            for key, members in _groups(tar, listing):
+                if key in seen:
+                    where = "earlier in this tar" if seen[key] == tar else f"in {seen[key].name}"
+                    raise SourceError(f"{tar}: key {key!r} appears again ({where}): WebDataset keys name one "
+                                      "sample each; give each sample its own key")
+                seen[key] = tar
+                groups.append((tar, key, members))
+        except _DamagedTar as exc:  # what came before the damage is kept; the rest cannot be read
+            if on_error != "skip":
+                raise SourceError(f"{tar}: {exc.reason}; re-copy or re-write the tar, or pass --on-error skip") from None
+            listing.skipped.append(Skip(exc.rel, exc.reason))
+    if not groups:
+        raise SourceError(f"{src}: no samples in {len(tars)} tar file(s) (members named <key>.<ext>)")
+    image = image_ext or next((e for e in _IMAGE_EXTS if e in groups[0][2]), None)
+    if image is None:
+        raise SourceError(f"{groups[0][0]}: sample {groups[0][1]!r} has no image member "
+                          f"({', '.join(sorted(groups[0][2]))}); name its extension with --image-ext")
+    rename = {ext.lstrip(".").lower(): name for ext, name in (names or {}).items()}
+    check_field_names(root, rename.values(), "a name given by --sidecar-names")
+    exts = sorted({ext for _, _, members in groups for ext in members} - {image})
+    payloads = [e for e in exts if e not in _TEXT_EXTS]
+    field_names = {ext: rename.get(ext, ext) for ext in exts if ext not in ("cls", "json")}
+    taken = (*RESERVED_FIELD_NAMES, *field_names.values())
+    rows: list[tuple[str, dict[str, Any]]] = []
+    labels: list[int] = []
+    for tar, key, members in groups:
+        rel = f"{tar.name}/{key}.{image}"
+        try:
+            item, row, label = _sample(tar, key, members, image, exts, payloads, field_names, taken, max_file_size)
+        except SourceError as exc:
+            if on_error != "skip":
+                raise SourceError(f"{tar}: sample {key!r}: {exc}; fix the tar, or pass --on-error skip") from None
+            listing.skipped.append(Skip(rel, str(exc)))
+            continue
+        listing.items.append(item)
+        rows.append((rel, row))
+        labels.append(label)
+    if not listing.items:
+        raise SourceError(f"{src}: every sample was skipped (first: {listing.skipped[0].rel}: "
+                          f"{listing.skipped[0].reason})")
+    listing.items = [replace(item, label=label) for item, label in zip(listing.items, labels)]
+    for name in sorted({key for _, row in rows for key in row}):
+        listing.fields[name], listing.field_values[name] = typed_field(root, rows, name)
+    for column, ext in enumerate(payloads):
+        listing.file_fields[field_names[ext]] = _first_type(listing, column, field_names[ext])
+    return listing
+
+
+def _groups(tar: Path, listing: SourceListing) -> Iterator[tuple[str, dict[str, _Member]]]:
+    """``(key, {ext: member})`` for each run of members sharing a key, in the tar's order."""
+    size = tar.stat().st_size
+    key: str | None = None
+    members: dict[str, _Member] = {}
+    with _open_tar(tar) as archive:
+        for info in archive:
+            if info.isdir():
+                continue
+            if not info.isreg():
+                listing.ignored["(link or device in a tar)"] += 1
+                continue
+            found = _KEY.match(info.name)
+            if found is None:
+                listing.ignored["(tar member without an extension)"] += 1
+                continue
+            name, ext = found.group(1), found.group(2).lower()
+            if info.offset_data + info.size > size:
+                raise _DamagedTar(f"{tar.name}/{info.name}", f"member {info.name} is truncated (its {info.size} "
+                                  f"bytes end past the file's {size}; nothing after it can be read)")
+            if name != key:
+                if key is not None:
+                    yield key, members
+                key, members = name, {}
+            if ext in members:
+                raise SourceError(f"{tar}: sample {name!r} has two .{ext} members; one sample has one of each")
+            members[ext] = _Member(tar, info.name, info.offset_data, info.size)
+        end = archive.offset
+    if key is not None:
+        yield key, members
+    with open(tar, "rb") as f:  # tarfile stops quietly at a damaged header: a tar ends in zero blocks
+        f.seek(end)
+        tail = f.read(1024)
+    if len(tail) < 1024 or tail.strip(b"\0"):
+        raise _DamagedTar(f"{tar.name}@{end}", f"damaged or truncated after byte {end} (no end-of-archive "
+                          "blocks; nothing after it can be read)")
+
+
+def _open_tar(tar: Path) -> tarfile.TarFile:
+    try:
+        return tarfile.open(tar, "r:")
+    except tarfile.ReadError as exc:
+        raise SourceError(f"{tar}: not an uncompressed tar file ({exc}); WebDataset shards are read in "
+                          "place, so a .tar.gz must be unpacked to a .tar first") from None
+
+
+def _sample(tar: Path, key: str, members: dict[str, _Member], image: str, exts: list[str],
+            payloads: list[str], field_names: dict[str, str], taken: tuple[str, ...],
+            max_file_size: int | None) -> tuple[SourceItem, dict[str, Any], int]:
+    """One group as an item (its image and file fields located in the tar), its text fields, its label."""
+    missing = [f".{e}" for e in (image, *exts) if e not in members]
+    if missing:
+        raise SourceError(f"no {', '.join(missing)} member, though other samples have one")
+    for member in (members[image], *(members[e] for e in payloads)):
+        if max_file_size is not None and member.size > max_file_size:
+            raise SourceError(f"member {member.name} holds {member.size} bytes, over the {max_file_size} "
+                              "limit (--max-file-size)")
+    row: dict[str, Any] = {}
+    label = -1
+    if "cls" in members:
+        text = _text(members["cls"]).strip()
+        try:
+            label = int(text)
+        except ValueError:
+            raise SourceError(f"its .cls member holds {text[:40]!r}, not a whole-number class id") from None
+    if "txt" in members:
+        row[field_names["txt"]] = _text(members["txt"])
+    if "json" in members:
+        value = _json(members["json"])
+        clash = [k for k in value if k in taken]
+        if clash:
+            raise SourceError(f"its .json key {clash[0]!r} is taken (a sample already has {', '.join(taken)})")
+        check_field_names(f"{tar}: {key}.json", value, "a key of this member")
+        row.update(value)
+    st = tar.stat()
+    stamp = (st.st_ctime_ns, st.st_ino)
+    files = tuple(SourceFile(tar, f"{tar.name}/{members[e].name}", members[e].size, st.st_mtime_ns, stamp,
+                             offset=members[e].offset) for e in payloads)
+    main = members[image]
+    item = SourceItem(tar, f"{tar.name}/{main.name}", -1, main.size, st.st_mtime_ns, files, stamp,
+                      offset=main.offset)
+    return item, row, label
+
+
+def _read(member: _Member, limit: int) -> bytes:
+    if member.size > limit:
+        raise SourceError(f"its .{member.name.rsplit('.', 1)[-1]} member holds {member.size} bytes, over {limit}")
+    fd = open_regular(member.tar)
+    try:
+        return os.pread(fd, member.size, member.offset)
+    finally:
+        os.close(fd)
+
+
+def _text(member: _Member) -> str:
+    try:
+        return _read(member, _MAX_TEXT_BYTES).decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise SourceError(f"its member {member.name} is not UTF-8 text") from None
+
+
+def _json(member: _Member) -> dict[str, Any]:
+    try:
+        value = json.loads(_text(member))
+    except json.JSONDecodeError as exc:
+        raise SourceError(f"its member {member.name} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(value, dict):
+        raise SourceError(f"its member {member.name} must hold a JSON object (its keys become fields), "
+                          f"not {type(value).__name__}")
+    return value
+
+
+def _first_type(listing: SourceListing, column: int, name: str) -> str:
+    """A file field's type from its first readable member (as a folder's sidecars take it)."""
+    reader = listing.reader
+    for item in listing.items:
+        file = item.files[column]
+        found = field_type(reader.read(file.path, file.offset, min(file.size, 2**20)), file.rel)
+        if found is not None:
+            return found
+    raise SourceError(f"{listing.root}: no member of field {name!r} can be read")

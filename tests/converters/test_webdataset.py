@@ -1,0 +1,180 @@
+"""WebDataset tars as a pack source (issue 27): members grouped by key as WebDataset groups them,
+read in place, and the same records as the same samples packed from files; bad tars named or
+skipped and reported."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import tarfile
+
+import numpy as np
+import pytest
+from fastload.converters import pack
+from fastload.converters.sources.tars import expand_braces
+from PIL import Image
+
+import fastload
+from fastload.errors import SourceError, SourceNotFoundError
+from tests.conftest import make_jpeg
+
+COUNT, PER_TAR = 12, 5
+
+
+def _mask(width: int, height: int, seed: int) -> bytes:
+    ids = np.random.default_rng(seed).integers(0, 7, (height, width), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(ids, "L").save(out, "PNG")
+    return out.getvalue()
+
+
+def _samples() -> list[dict]:
+    out = []
+    for i in range(COUNT):
+        width, height = 40 + i, 30 + (i % 4)
+        out.append({"key": f"{i:06d}", "jpg": make_jpeg(width, height, seed=i), "cls": i % 3,
+                    "txt": f"a photo, number {i}", "json": {"score": i / 4, "n": i * 7},
+                    "png": _mask(width, height, seed=i)})
+    return out
+
+
+def _add(archive: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    archive.addfile(info, io.BytesIO(data))
+
+
+def write_tars(folder, samples, per_tar: int = PER_TAR, prefix: str = "data") -> list:
+    """WebDataset's layout: each sample's members one after the other, ``<key>.<ext>``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for t in range(0, len(samples), per_tar):
+        path = folder / f"{prefix}-{t // per_tar:06d}.tar"
+        with tarfile.open(path, "w") as archive:
+            for s in samples[t:t + per_tar]:
+                _add(archive, s["key"] + ".jpg", s["jpg"])
+                _add(archive, s["key"] + ".cls", str(s["cls"]).encode())
+                _add(archive, s["key"] + ".txt", s["txt"].encode())
+                _add(archive, s["key"] + ".json", json.dumps(s["json"]).encode())
+                _add(archive, s["key"] + ".png", s["png"])
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wds")
+    samples = _samples()
+    tars = write_tars(root / "tars", samples)
+    files = root / "files"
+    files.mkdir()
+    with open(files / "list.csv", "w", newline="") as f:  # the same samples as files and a list
+        rows = csv.writer(f)
+        rows.writerow(["path", "label", "txt", "score", "n", "mask"])
+        for s in samples:
+            (files / f"{s['key']}.jpg").write_bytes(s["jpg"])
+            (files / f"{s['key']}.png").write_bytes(s["png"])
+            rows.writerow([f"{s['key']}.jpg", s["cls"], s["txt"], s["json"]["score"], s["json"]["n"],
+                           f"{s['key']}.png"])
+    return root, samples, tars
+
+
+def test_tars_pack_to_the_records_their_samples_pack_to_from_files(made, tmp_path):
+    root, samples, _ = made
+    from_tars = pack(f"{root}/tars/data-{{000000..000002}}.tar", tmp_path / "t.fl", progress=False,
+                     sidecar_names={"png": "mask"})
+    from_files = pack(root / "files" / "list.csv", tmp_path / "f.fl", file_columns=["mask"], progress=False)
+    assert from_tars.num_records == from_files.num_records == COUNT and from_tars.skipped == 0
+    t, f = fastload.PackedDataset(tmp_path / "t.fl"), fastload.PackedDataset(tmp_path / "f.fl")
+    assert t.manifest.fields == f.manifest.fields == {"txt": "str", "score": "float64", "n": "int64",
+                                                      "mask": "mask"} | t.manifest.fields
+    assert t.manifest.kind == "images" and t.manifest.packed["layout"] == "webdataset"
+    for i, s in enumerate(samples):
+        a, b = t.record(i), f.record(i)
+        assert a["data"] == b["data"] == s["jpg"]
+        assert a["mask"] == b["mask"] == s["png"]
+        assert (a["label"], a["txt"], a["score"], a["n"]) == (b["label"], b["txt"], b["score"], b["n"])
+        assert (a["label"], a["score"]) == (s["cls"], s["json"]["score"])
+        assert (a["width"], a["height"]) == (b["width"], b["height"])
+        assert a["path"] == f"data-{i // PER_TAR:06d}.tar/{s['key']}.jpg"
+    assert fastload.verify(tmp_path / "t.fl", decode=True).ok
+    batch = next(iter(fastload.DataLoader(fastload.PackedDataset(tmp_path / "t.fl", image_size=16, train=False,
+                                                                 fields=("image", "mask", "score")), batch_size=4)))
+    assert batch["image"].shape == (4, 3, 16, 16) and batch["mask"].shape == (4, 16, 16)
+
+
+def test_a_folder_a_brace_list_and_one_tar_each_are_sources(made, tmp_path):
+    root, samples, tars = made
+    folder = pack(root / "tars", tmp_path / "folder.fl", progress=False)
+    assert folder.num_records == COUNT
+    one = pack(tars[1], tmp_path / "one.fl", progress=False)
+    assert one.num_records == PER_TAR
+    ds = fastload.PackedDataset(tmp_path / "one.fl")
+    assert ds.record(0)["data"] == samples[PER_TAR]["jpg"]
+    assert "png" in ds.manifest.fields  # named by its extension unless renamed
+    assert expand_braces("a-{08..10}-{x,y}.tar") == ["a-08-x.tar", "a-08-y.tar", "a-09-x.tar", "a-09-y.tar",
+                                                     "a-10-x.tar", "a-10-y.tar"]
+    with pytest.raises(SourceNotFoundError, match=r"data-000003.tar: no such tar \(7 of the 10"):
+        pack(f"{root}/tars/data-{{000000..000009}}.tar", tmp_path / "x.fl", progress=False)
+
+
+def test_the_cli_packs_a_brace_list_to_a_default_output(made, tmp_path, cli):
+    copy = tmp_path / "copy"
+    write_tars(copy, _samples()[:6], per_tar=3)
+    done = cli("pack", f"{copy}/data-{{000000..000001}}.tar")
+    assert done.rc == 0, done.err
+    assert fastload.PackedDataset(copy / "data.fl").__len__() == 6
+
+
+def _bad(folder, samples, damage):
+    write_tars(folder, samples, per_tar=len(samples))
+    path = folder / "data-000000.tar"
+    damage(path)
+    return path
+
+
+def test_a_truncated_tar_is_named_or_what_precedes_it_kept_and_the_rest_reported(tmp_path):
+    samples = _samples()[:6]
+    path = _bad(tmp_path / "src", samples, lambda p: p.write_bytes(p.read_bytes()[:p.stat().st_size // 2]))
+    with pytest.raises(SourceError, match=r"data-000000.tar: member 0000\d\d\.\w+ is truncated"):
+        pack(path, tmp_path / "a.fl", progress=False)
+    report = pack(path, tmp_path / "b.fl", on_error="skip", progress=False)
+    assert report.skipped == 1 and "truncated" in report.skipped_files[0].reason
+    ds = fastload.PackedDataset(tmp_path / "b.fl")
+    assert 0 < len(ds) < 6 and all(ds.record(i)["data"] == samples[i]["jpg"] for i in range(len(ds)))
+
+
+def test_a_sample_without_its_image_is_named_or_skipped(tmp_path):
+    samples = _samples()[:4]
+    folder = tmp_path / "src"
+    folder.mkdir()
+    with tarfile.open(folder / "d.tar", "w") as archive:
+        for k, s in enumerate(samples):
+            if k != 2:
+                _add(archive, s["key"] + ".jpg", s["jpg"])
+            _add(archive, s["key"] + ".cls", b"1")
+    with pytest.raises(SourceError, match=r"d.tar: sample '000002': no .jpg member"):
+        pack(folder / "d.tar", tmp_path / "a.fl", progress=False)
+    report = pack(folder / "d.tar", tmp_path / "b.fl", on_error="skip", progress=False)
+    assert report.num_records == 3 and [s.rel for s in report.skipped_files] == ["d.tar/000002.jpg"]
+
+
+def test_duplicate_keys_bad_labels_and_compressed_tars_are_refused(tmp_path):
+    s = _samples()[0]
+    folder = tmp_path / "src"
+    folder.mkdir()
+    with tarfile.open(folder / "dup.tar", "w") as archive:
+        for name in ("a.jpg", "b.jpg", "a.cls"):  # a's members apart: WebDataset would make two samples
+            _add(archive, name, s["jpg"] if name.endswith("jpg") else b"1")
+    with pytest.raises(SourceError, match=r"dup.tar: key 'a' appears again"):
+        pack(folder / "dup.tar", tmp_path / "a.fl", progress=False)
+    with tarfile.open(folder / "cls.tar", "w") as archive:
+        _add(archive, "a.jpg", s["jpg"])
+        _add(archive, "a.cls", b"cat")
+    with pytest.raises(SourceError, match=r"sample 'a': its .cls member holds 'cat', not a whole-number"):
+        pack(folder / "cls.tar", tmp_path / "b.fl", progress=False)
+    with tarfile.open(folder / "gz.tar", "w:gz") as archive:
+        _add(archive, "a.jpg", s["jpg"])
+    with pytest.raises(SourceError, match=r"gz.tar: not an uncompressed tar"):
+        pack(folder / "gz.tar", tmp_path / "c.fl", progress=False)
