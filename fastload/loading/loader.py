@@ -15,7 +15,8 @@ from fastload.samples.collate import collate_images, keep_skips
 from fastload.loading.delivery import LoaderIterator
 from fastload.sampling.epoch_sampler import EpochSampler
 from fastload.loading.prefetch import ThreadPrefetcher
-from fastload.sampling.resume import ResumableSampler, iterable_state, load_iterable_state
+from fastload.sampling.iterable_resume import iterable_state, load_iterable_state
+from fastload.sampling.resume import ResumableSampler
 from fastload.loading.stats import LoaderStats
 from fastload.loading.transfer import ImageLayout, Normalizer, resolve_device
 from fastload.loading.settings import LoaderSettings, resolve_settings, uses_builtin_pipeline

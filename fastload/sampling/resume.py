@@ -17,16 +17,20 @@ as long as batches arrive in sampler order (``in_order=True``, torch's default).
 
 from __future__ import annotations
 
-import base64
 import copy
 import threading
 from collections import deque
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-import torch
-from torch.utils.data import IterableDataset, Sampler
+from fastload.sampling.sampler_state import (
+    decide,
+    generators_of,
+    global_rng,
+    is_stateful,
+    length_of,
+    samplers_of,
+)
 
 _NOTHING = object()
 
@@ -43,8 +47,8 @@ class ResumableSampler:
     def __init__(self, base: Any, *, lookahead: int = 1024) -> None:
         self.base = base
         self.lookahead = lookahead
-        self._samplers = _samplers_of(base)
-        self._stateful = next((s for s in self._samplers if _is_stateful(s)), None)
+        self._samplers = samplers_of(base)
+        self._stateful = next((s for s in self._samplers if is_stateful(s)), None)
         self._pass: _Pass | None = None  # the pass begun last
         self._pending: dict[str, Any] | None = None  # what the next pass restores, from load()
 
@@ -88,7 +92,7 @@ class ResumableSampler:
         elif running is not None:
             draws = running.draws()  # the order is decided now if the first item was not drawn yet
             done = running.skip + delivered
-            length = _length(self.base)
+            length = length_of(self.base)
             if delivered < 0 or (length is not None and done > length):
                 raise ValueError(f"state: delivered={delivered} with {running.skip} skipped is not "
                                  f"within this pass of {length} items; count the batches the "
@@ -110,11 +114,11 @@ class ResumableSampler:
         if self._stateful is not None:
             self._stateful.load_state_dict(saved["sampler"])
             return
-        length = _length(self.base)
+        length = length_of(self.base)
         if saved["length"] != length:
             raise ValueError(f"load: the saved pass has {saved['length']} items, this sampler's has "
                              f"{length}; resume with the same dataset and sampler settings")
-        found, used = len(saved["at_iter"]["generators"]), len(_generators_of(self._samplers))
+        found, used = len(saved["at_iter"]["generators"]), len(generators_of(self._samplers))
         if found != used:
             raise ValueError(f"load: the state holds {found} generator states, this sampler uses "
                              f"{used}; resume with the same sampler (and its generator=...)")
@@ -139,8 +143,8 @@ class _Pass:
         self._first: Any = _NOTHING
         self._drawn = False
         samplers = owner._samplers
-        self._at_iter = _decide(samplers, None if restore is None else restore["at_iter"])
-        with _global_rng(self._at_iter, restore is not None):
+        self._at_iter = decide(samplers, None if restore is None else restore["at_iter"])
+        with global_rng(self._at_iter, restore is not None):
             self._it = iter(owner.base)  # DistributedSampler draws here, RandomSampler at next()
         self._at_first: dict[str, Any] | None = None
         if owner._stateful is not None:
@@ -191,112 +195,10 @@ class _Pass:
         if restore is not None and self._owner._pending is restore:
             self._owner._pending = None
         samplers = self._owner._samplers
-        self._at_first = _decide(samplers, None if restore is None else restore["at_first"])
-        with _global_rng(self._at_first, restore is not None):
+        self._at_first = decide(samplers, None if restore is None else restore["at_first"])
+        with global_rng(self._at_first, restore is not None):
             self._first = next(self._it, _NOTHING)
             for _ in range(self.skip):
                 if self._first is _NOTHING:
                     break
                 self._first = next(self._it, _NOTHING)
-
-
-def _decide(samplers: list[Any], restore: dict[str, Any] | None) -> dict[str, Any]:
-    """The RNG states and epochs the samplers draw from now, after setting them to ``restore``."""
-    generators = _generators_of(samplers)
-    timed = [s for s in samplers
-             if hasattr(s, "set_epoch") and isinstance(getattr(s, "epoch", None), int)]
-    if restore is None:
-        return {"global": _encode(torch.get_rng_state()),
-                "generators": [_encode(g.get_state()) for g in generators],
-                "epochs": [s.epoch for s in timed]}
-    for g, encoded in zip(generators, restore["generators"]):
-        g.set_state(_decode(encoded))
-    for s, epoch in zip(timed, restore["epochs"]):
-        s.set_epoch(epoch)
-    return restore
-
-
-@contextmanager
-def _global_rng(decided: dict[str, Any], restoring: bool) -> Iterator[None]:
-    """Within: torch's global RNG as ``decided`` saved it (when ``restoring``); after: as it was."""
-    if not restoring:
-        yield
-        return
-    with torch.random.fork_rng(devices=[]):
-        torch.set_rng_state(_decode(decided["global"]))
-        yield
-
-
-def _samplers_of(base: Any) -> list[Any]:
-    """``base`` and every sampler it draws from (a BatchSampler's, a composite's), outermost first."""
-    found: list[Any] = []
-    todo, seen = [base], set()
-    while todo:
-        sampler = todo.pop(0)
-        if id(sampler) in seen:
-            continue
-        seen.add(id(sampler))
-        found.append(sampler)
-        for name, value in vars(sampler).items() if hasattr(sampler, "__dict__") else ():
-            if isinstance(value, Sampler) or (name == "sampler" and hasattr(value, "__dict__")):
-                todo.append(value)
-    return found
-
-
-def _generators_of(samplers: list[Any]) -> list[torch.Generator]:
-    generators: dict[int, torch.Generator] = {}
-    for sampler in samplers:
-        for value in vars(sampler).values() if hasattr(sampler, "__dict__") else ():
-            if isinstance(value, torch.Generator):
-                generators.setdefault(id(value), value)
-    return list(generators.values())
-
-
-def _is_stateful(sampler: Any) -> bool:
-    return all(callable(getattr(sampler, name, None)) for name in ("state_dict", "load_state_dict"))
-
-
-def _length(sampler: Any) -> int | None:
-    try:
-        return len(sampler)
-    except TypeError:
-        return None
-
-
-def _encode(state: torch.Tensor) -> str:
-    return base64.b64encode(state.numpy().tobytes()).decode("ascii")
-
-
-def _decode(text: str) -> torch.Tensor:
-    return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8)
-
-
-# --- IterableDataset: only the dataset knows where its stream is ----------------------------------
-
-
-def iterable_state(dataset: IterableDataset, *, num_workers: int) -> dict[str, Any]:
-    """An IterableDataset's own ``state_dict()``, for a loader that reads it in the main process."""
-    _require_stateful(dataset, num_workers, "state")
-    return {"kind": "iterable", "dataset": dataset.state_dict()}  # type: ignore[attr-defined]
-
-
-def load_iterable_state(dataset: IterableDataset, state: dict[str, Any], *,
-                        num_workers: int) -> None:
-    """Give an IterableDataset back the state :func:`iterable_state` saved."""
-    _require_stateful(dataset, num_workers, "load")
-    if state.get("kind") != "iterable":
-        raise ValueError(f"load: the state was saved from a {state.get('kind')!r} sampler, this "
-                         f"loader reads the IterableDataset {type(dataset).__name__}; resume with "
-                         "the same dataset")
-    dataset.load_state_dict(state["dataset"])  # type: ignore[attr-defined]
-
-
-def _require_stateful(dataset: IterableDataset, num_workers: int, what: str) -> None:
-    name = type(dataset).__name__
-    if not _is_stateful(dataset):
-        raise TypeError(f"{what}: {name} is an IterableDataset without state_dict()/"
-                        "load_state_dict() and cannot be resumed; give it those two methods (where "
-                        "its stream is, and going back there)")
-    if num_workers > 0:
-        raise ValueError(f"{what}: {name} is read by num_workers={num_workers} workers, each with "
-                         "its own copy of the dataset and its state; resume it with num_workers=0")

@@ -24,7 +24,7 @@ from torch.utils.data import (
 )
 
 import fastload
-from fastload.sampling.resume import iterable_state, load_iterable_state
+from fastload.sampling.iterable_resume import iterable_state, load_iterable_state
 
 N = 23
 
