@@ -113,9 +113,9 @@ def row_raw(a: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     if "fill_streams" in a:  # a row comparing fill streams side by side
-        import fastload.storage.remote_shards
+        import fastload.storage.remote_fill
 
-        fastload.storage.remote_shards.FILL_STREAMS = a["fill_streams"]
+        fastload.storage.remote_fill.FILL_STREAMS = a["fill_streams"]
     ds = _dataset(a)
     if ds.reader.remote is not None:
         ds.reader.remote.store.max_in_flight = a["in_flight"]
@@ -202,7 +202,7 @@ def row_pieces(a: dict[str, Any]) -> dict[str, Any]:
 
     from fastload.format import read_manifest
     from fastload.storage.remote import RemoteStore
-    from fastload.storage.remote_shards import FILL_BUDGET, FILL_PIECE
+    from fastload.storage.remote_reads import FILL_BUDGET, FILL_PIECE
 
     manifest = read_manifest(a["local"])
     store = RemoteStore(a["url"], a["options"], max_in_flight=a["in_flight"])

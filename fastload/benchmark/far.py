@@ -229,7 +229,7 @@ def measure_store(store: Any, small: Sequence[tuple[str, int, int]], round_: Seq
 def packed_store_speed(dataset: Any) -> StoreSpeed:
     """The store behind a PackedDataset in a store, as its reader fetches: with a node cache, a
     round of aligned 4 MiB pieces (as many as one read fetches), else a batch of records' own ranges."""
-    from fastload.storage.remote_shards import FILL_BUDGET, FILL_PIECE
+    from fastload.storage.remote_reads import FILL_BUDGET, FILL_PIECE
 
     remote, manifest = dataset.reader.remote, dataset.manifest
     record = manifest.total_bytes / max(1, manifest.num_records)

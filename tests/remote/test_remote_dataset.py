@@ -304,9 +304,9 @@ def test_filling_ahead_puts_every_shard_in_the_cache(tree, uploaded, s3_server, 
 
 
 def test_a_dropped_dataset_stops_filling_its_cache(uploaded, s3_server, fault_proxy, tmp_path, monkeypatch):
-    import fastload.storage.remote_shards
+    import fastload.storage.remote_fill
 
-    monkeypatch.setattr(fastload.storage.remote_shards, "FILL_STREAMS", 1)  # 4 small shards: one at a time
+    monkeypatch.setattr(fastload.storage.remote_fill, "FILL_STREAMS", 1)  # 4 small shards: one at a time
     fault_proxy.latency = 0.2  # the fill takes a round trip per shard: still running when dropped
     remote = PackedDataset(f"s3://{uploaded}/lmdb.fl", storage_options=s3_server.storage_options(fault_proxy.url),
                            cache_dir=tmp_path / "c")
