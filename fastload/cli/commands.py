@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from fastload.config import format_size
+from fastload.errors import SourceError
 from fastload.format.layout import FILE_TYPES
 
 
@@ -32,7 +33,11 @@ def _copied(packed: dict) -> str:
 def pack_command(args: argparse.Namespace) -> int:
     from fastload.converters import pack
 
-    report = pack(args.src, args.out, format=args.format, shard_size=args.shard_size, workers=args.workers,
+    if len(args.src) > 1:
+        raise SourceError(f"fastload pack takes one SRC, got {len(args.src)} ({args.src[0]}, {args.src[1]}, ...); "
+                          "for several tars, quote a brace list ('data-{000..099}.tar', which your shell "
+                          "would otherwise expand) or pass the folder that holds them")
+    report = pack(args.src[0], args.out, format=args.format, shard_size=args.shard_size, workers=args.workers,
                   extensions=args.extensions, on_error=args.on_error, max_side=args.max_side,
                   quality=args.quality, overwrite=args.overwrite, progress=False if args.quiet else None,
                   layout=args.layout, check=args.check, max_pixels=args.max_pixels,

@@ -70,8 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("pack", help="pack a folder or CSV/JSONL file list into LMDB/HDF5 shards")
-    p.add_argument("src", help="ImageFolder tree, flat folder, .csv/.jsonl file list, or a store prefix "
-                               "of small objects (s3://bucket/images/)")
+    p.add_argument("src", nargs="+", metavar="SRC",
+                   help="ImageFolder tree, flat folder, .csv/.jsonl file list, WebDataset tars (a .tar, a "
+                        "folder of them, or a quoted brace list 'data-{000..099}.tar'), or a store prefix "
+                        "of small objects (s3://bucket/images/)")
     p.add_argument("-o", "--out", help="output dataset folder or store URL (s3://bucket/images.fl; "
                                        "default: SRC.fl next to SRC)")
     p.add_argument("--format", choices=["lmdb", "hdf5"], default="lmdb", help="shard storage (default lmdb)")
@@ -83,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fail on the first bad file (default) or skip it, counted and reported")
     p.add_argument("--max-side", type=int, default=None, help="re-encode: shrink the longer side to N px")
     p.add_argument("--quality", type=int, default=None, help="re-encode: JPEG quality (default 90 with --max-side)")
-    p.add_argument("--layout", choices=["auto", "imagefolder", "flat", "list"], default="auto",
+    p.add_argument("--layout", choices=["auto", "imagefolder", "flat", "list", "webdataset"], default="auto",
                    help="how to read SRC (default: auto-detect)")
     p.add_argument("--check", choices=["header", "decode"], default="header",
                    help="per-file check: header + end marker (fast, default) or full decode")

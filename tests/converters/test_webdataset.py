@@ -178,3 +178,9 @@ def test_duplicate_keys_bad_labels_and_compressed_tars_are_refused(tmp_path):
         _add(archive, "a.jpg", s["jpg"])
     with pytest.raises(SourceError, match=r"gz.tar: not an uncompressed tar"):
         pack(folder / "gz.tar", tmp_path / "c.fl", progress=False)
+
+
+def test_a_brace_list_the_shell_expanded_is_named_with_how_to_quote_it(made, cli):
+    _, _, tars = made
+    done = cli("pack", *tars)
+    assert done.rc != 0 and "quote a brace list" in done.err and str(tars[0]) in done.err
