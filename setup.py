@@ -13,9 +13,10 @@ setup(ext_modules=[Extension("fastload.decode._jpeg_region",
                              sources=["fastload/decode/module.c", "fastload/decode/jpeg_region.c",
                                       "fastload/decode/jpeg_splice.c", "fastload/decode/jpeg_errors.c",
                                       "fastload/decode/jpeg_restarts.c", "fastload/decode/resample.c",
-                                      "fastload/decode/resample_axes.c"],
+                                      "fastload/decode/resample_axes.c", "fastload/decode/resample_store.c"],
                              depends=["fastload/decode/jpeg_region.h", "fastload/decode/jpeg_splice.h",
                                       "fastload/decode/jpeg_errors.h", "fastload/decode/jpeg_restarts.h",
-                                      "fastload/decode/resample.h", "fastload/decode/resample_axes.h"],
+                                      "fastload/decode/resample.h", "fastload/decode/resample_axes.h",
+                                      "fastload/decode/resample_store.h", "fastload/decode/cpu_features.h"],
                              # -O3 vectorises resample.c's column pass (some Pythons build with -O2).
                              extra_compile_args=["-O3"], libraries=["jpeg"], optional=True)])

@@ -13,8 +13,7 @@
 #include "jpeg_restarts.h"
 #include "resample.h"
 
-/* Restart intervals written by add_restart_markers: at most this many pixels wide. */
-#define RESTART_WIDTH 64
+#define RESTART_WIDTH 64 /* restart intervals written by add_restart_markers: at most this wide, in px */
 
 static PyObject *RegionDecodeError;
 
@@ -59,7 +58,6 @@ PyDoc_STRVAR(decode_region_doc,
 static PyObject *decode_region(PyObject *self, PyObject *args) {
     Py_buffer data;
     Request req;
-    PyThreadState *thread;
     PyObject *result = NULL;
     int cut = 0;
     (void)self;
@@ -76,9 +74,9 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
     }
     req.data = (const unsigned char *)data.buf;
     req.length = (size_t)data.len;
-    thread = PyEval_SaveThread();
+    Py_BEGIN_ALLOW_THREADS
     fastload_jpeg_decode_box(&req, cut);
-    PyEval_RestoreThread(thread);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
     if (req.status != 0) {
         return request_error(&req);
@@ -134,7 +132,6 @@ static PyObject *decode_crop_into(PyObject *self, PyObject *args) {
     Py_buffer data, view;
     Request req;
     PyObject *out;
-    PyThreadState *thread;
     Target target;
     double box[4];
     int crop_first, flip, cut = 0;
@@ -157,10 +154,10 @@ static PyObject *decode_crop_into(PyObject *self, PyObject *args) {
     req.length = (size_t)data.len;
     req.grey = 1;
     target = target_of(&view, flip);
-    thread = PyEval_SaveThread();
+    Py_BEGIN_ALLOW_THREADS
     fastload_jpeg_crop_into(&req, box, crop_first, cut, (int)view.shape[1], (int)view.shape[0],
                             &target);
-    PyEval_RestoreThread(thread);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     PyBuffer_Release(&data);
     if (req.status != 0) {
@@ -180,7 +177,6 @@ PyDoc_STRVAR(resize_into_doc,
 static PyObject *resize_into(PyObject *self, PyObject *args) {
     Py_buffer pixels, view;
     PyObject *source_obj, *out;
-    PyThreadState *thread;
     double box[4];
     int crop_first, flip, ok = 0, channels, width, height;
     Crop crop;
@@ -212,7 +208,7 @@ static PyObject *resize_into(PyObject *self, PyObject *args) {
         PyBuffer_Release(&pixels);
         return NULL;
     }
-    thread = PyEval_SaveThread();
+    Py_BEGIN_ALLOW_THREADS
     if (fastload_crop(&crop, width, height, box[0], box[1], box[2], box[3], crop_first,
                       (int)view.shape[1], (int)view.shape[0])) {
         Source source = {(const unsigned char *)pixels.buf, (ptrdiff_t)width * channels, channels,
@@ -221,7 +217,7 @@ static PyObject *resize_into(PyObject *self, PyObject *args) {
         ok = fastload_resample(&crop, &source, &target);
         fastload_crop_free(&crop);
     }
-    PyEval_RestoreThread(thread);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     PyBuffer_Release(&pixels);
     if (!ok) {
@@ -244,18 +240,16 @@ static PyObject *add_restart_markers(PyObject *self, PyObject *args) {
     unsigned char *out;
     size_t length = 0;
     int interval = 0;
-    char message[JMSG_LENGTH_MAX];
+    char message[JMSG_LENGTH_MAX] = "";
     PyObject *result;
-    PyThreadState *thread;
     (void)self;
     if (!PyArg_ParseTuple(args, "y*", &data)) {
         return NULL;
     }
-    message[0] = '\0';
-    thread = PyEval_SaveThread();
+    Py_BEGIN_ALLOW_THREADS
     out = fastload_jpeg_add_restarts((const unsigned char *)data.buf, (size_t)data.len,
                                      RESTART_WIDTH, &length, &interval, message);
-    PyEval_RestoreThread(thread);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
     if (out == NULL) {
         PyErr_Format(RegionDecodeError, "libjpeg: %s", message);
