@@ -7,13 +7,19 @@ import stat
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from fastload.errors import CorruptRecordError, ManifestError
 from fastload.format import Manifest, RecordIndex, record_checksum
 from fastload.format.files import kind_of
+from fastload.readers.read_ahead import (
+    PendingReads,
+    batch_fetches,
+    cold_reads,
+    read_if_cached,
+    will_need,
+)
 from fastload.storage.remote_shards import RemoteShards
 
 
@@ -137,13 +143,13 @@ class ShardReader:
         except Exception as exc:  # noqa: BLE001 - raised by result(), in the batch's turn
             return PendingReads(error=exc)
         if self.remote is not None:
-            return PendingReads(future=_batch_fetches().submit(self.remote.read, places))
+            return PendingReads(future=batch_fetches().submit(self.remote.read, places))
         if len(places) < 2:  # nothing to read side by side: one pread (a probe would copy it twice)
             return PendingReads(wait=lambda: [self._read_at(i, *p, field) for i, p in zip(indices, places)])
-        _will_need(places)
-        out: list[bytes | None] = [_read_if_cached(*place) for place in places]
+        will_need(places)
+        out: list[bytes | None] = [read_if_cached(*place) for place in places]
         cold = [k for k, data in enumerate(out) if data is None]
-        reads = [_cold_reads().submit(self._read_at, indices[k], *places[k], field) for k in cold]
+        reads = [cold_reads().submit(self._read_at, indices[k], *places[k], field) for k in cold]
 
         def wait() -> list[bytes]:
             for k, read in zip(cold, reads):
@@ -195,7 +201,7 @@ class ShardReader:
                 places.append(self.locate(i, field))
             except (CorruptRecordError, OSError):
                 continue
-        _will_need(places)
+        will_need(places)
 
     def _read_at(self, i: int, fd: int, offset: int, size: int, field: str | None = None) -> bytes:
         try:
@@ -227,80 +233,6 @@ class ShardReader:
 
     def close_handle(self, handle: Any) -> None:
         handle.close()
-
-
-class PendingReads:
-    """A batch's reads under way (``start_reads``)."""
-
-    def __init__(self, wait: Callable[[], list[bytes]] | None = None, future: Future[list[bytes]] | None = None,
-                 pending: Sequence[Future[bytes]] = (), error: BaseException | None = None) -> None:
-        self._wait, self._future, self._pending, self._error = wait, future, pending, error
-
-    def result(self) -> list[bytes]:
-        """The payloads, once every read has landed; what a read raised, raised here."""
-        if self._error is not None:
-            raise self._error
-        if self._future is not None:
-            return self._future.result()
-        assert self._wait is not None
-        return self._wait()
-
-    def cancel(self) -> None:
-        """Drop the reads not yet begun (an iteration that stops early)."""
-        for read in (*self._pending, *((self._future,) if self._future is not None else ())):
-            read.cancel()
-
-
-COLD_READS_IN_FLIGHT = 64
-"""Threads reading records that are not in the page cache (a local disk serves many at once)."""
-
-BATCH_FETCHES = 4
-"""Threads fetching remote batches started ahead (``start_reads``): one waited for, one behind it,
-for two readers at once."""
-
-_pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}  # name -> (pid that made it, pool)
-
-
-def _process_pool(name: str, threads: int) -> ThreadPoolExecutor:
-    """This process's pool ``name`` (made again after a fork: a pool's threads do not survive one)."""
-    made = _pools.get(name)
-    if made is None or made[0] != os.getpid():
-        with _open_lock:
-            made = _pools.get(name)
-            if made is None or made[0] != os.getpid():
-                made = _pools[name] = (os.getpid(), ThreadPoolExecutor(threads, thread_name_prefix=f"fastload-{name}"))
-    return made[1]
-
-
-def _cold_reads() -> ThreadPoolExecutor:
-    """The reads that wait for the disk."""
-    return _process_pool("read", COLD_READS_IN_FLIGHT)
-
-
-def _batch_fetches() -> ThreadPoolExecutor:
-    """The remote batches started ahead."""
-    return _process_pool("fetch", BATCH_FETCHES)
-
-
-def _will_need(places: Sequence[tuple[int, int, int]]) -> None:
-    """``POSIX_FADV_WILLNEED`` for each ``(fd, offset, size)``: the kernel starts those reads now."""
-    for fd, offset, size in places:
-        try:
-            os.posix_fadvise(fd, offset, size, os.POSIX_FADV_WILLNEED)
-        except OSError:
-            continue  # a hint only
-
-
-def _read_if_cached(fd: int, offset: int, size: int) -> bytes | None:
-    """The bytes if the page cache holds them all, else None without waiting for the disk."""
-    if not size:
-        return b""
-    buf = bytearray(size)
-    try:
-        got = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
-    except OSError:  # EAGAIN: some page is on disk (or the file system cannot say): read it for real
-        return None
-    return bytes(buf) if got == size else None
 
 
 _open_lock = threading.Lock()
