@@ -7,20 +7,27 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Literal, TypeVar
 
 import torch
-import torch.distributed as dist
 import torch.utils.data
 
 from fastload.backends import backend_class
-from fastload.samples.collate import collate_images, keep_skips
 from fastload.loading.delivery import LoaderIterator
-from fastload.sampling.epoch_sampler import EpochSampler
+from fastload.loading.loader_arguments import (
+    check_transform_and_backend,
+    collate_for,
+    epoch_sampler_for,
+    image_place,
+    packed_subset,
+    rebuilt_arguments,
+    wants_epoch_sampler,
+)
 from fastload.loading.prefetch import ThreadPrefetcher
-from fastload.sampling.iterable_resume import iterable_state, load_iterable_state
-from fastload.sampling.resume import ResumableSampler
+from fastload.loading.settings import LoaderSettings, resolve_settings, uses_builtin_pipeline
 from fastload.loading.stats import LoaderStats
 from fastload.loading.transfer import ImageLayout, Normalizer, resolve_device
-from fastload.loading.settings import LoaderSettings, resolve_settings, uses_builtin_pipeline
 from fastload.samples.user_transforms import BatchTransform
+from fastload.sampling.epoch_sampler import EpochSampler
+from fastload.sampling.iterable_resume import iterable_state, load_iterable_state
+from fastload.sampling.resume import ResumableSampler
 
 Auto = Literal["auto"]
 T_co = TypeVar("T_co", covariant=True)
@@ -85,16 +92,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                  mode: Literal["auto", "main", "threads", "processes"] = "auto",
                  dtype: torch.dtype | None = None,
                  memory_format: torch.memory_format = torch.contiguous_format) -> None:
-        if batch_transform is not None and not callable(batch_transform):
-            raise TypeError(f"batch_transform={batch_transform!r}: must be a callable (batch, generator) -> batch")
-        if backend == "dali" and getattr(dataset, "sample_transform", None) is not None:
-            raise ValueError("backend='dali': DALI decodes the batch itself, so the dataset's sample_transform "
-                             "would not run; use batch_transform= (on the device), or backend='torch'")
-        if backend == "dali" and getattr(dataset, "fields", None):
-            raise ValueError("backend='dali' delivers (images, labels) batches; the dataset's fields= (dict "
-                             "samples) need backend='torch'")
+        check_transform_and_backend(dataset, backend, batch_transform)
         self.batch_transform = batch_transform
-        dataset = _packed_subset(dataset)
+        dataset = packed_subset(dataset)
         tail = backend_class(backend)
         self.backend = backend
         self.shuffle = shuffle
@@ -107,33 +107,22 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         if mean is not None and uses_builtin_pipeline(dataset) and getattr(dataset, "transform", None) is not None:
             raise ValueError("mean/std normalise the built-in pipeline's uint8 images, and the dataset's transform= "
                              "may return anything: normalise in the transform, or drop it")
-        self._normalizer = Normalizer(mean, std, _image_place(dataset)) if mean is not None else None
+        self._normalizer = Normalizer(mean, std, image_place(dataset)) if mean is not None else None
         self.dtype, self.memory_format = dtype, memory_format
-        self._layout = (ImageLayout(dtype, memory_format, _image_place(dataset), normalised=mean is not None)
+        self._layout = (ImageLayout(dtype, memory_format, image_place(dataset), normalised=mean is not None)
                         if dtype is not None or memory_format != torch.contiguous_format else None)
         self._device = resolve_device(device)
-        batch_size, shuffle, sampler, batch_sampler = _rebuilt_arguments(
+        batch_size, shuffle, sampler, batch_sampler = rebuilt_arguments(
             dataset, batch_size, shuffle, sampler, batch_sampler, drop_last)
-        if sampler is None and batch_sampler is None and _wants_epoch_sampler(dataset, distributed):
-            rank, world_size = _rank_and_world(distributed)
-            if seed is None and generator is None and world_size > 1:
-                seed = 0  # ranks must share one order: DistributedSampler's default seed
-            sampler = EpochSampler(len(dataset), shuffle=bool(shuffle), seed=seed, rank=rank,  # type: ignore[arg-type]
-                                   world_size=world_size, drop_last=drop_last,
-                                   keyed=uses_builtin_pipeline(dataset), generator=generator)
+        if sampler is None and batch_sampler is None and wants_epoch_sampler(dataset, distributed):
+            sampler = epoch_sampler_for(dataset, shuffle, seed, generator, drop_last, distributed)
             shuffle = None
         self.settings: LoaderSettings = resolve_settings(
             dataset, batch_size=batch_size, num_workers=num_workers, prefetch_factor=prefetch_factor,
             pin_memory=pin_memory, device=self._device, timeout=timeout, mode=mode)
         self.mode = self.settings.mode  # what a loader rebuilt from its attributes (Lightning) is given back
         batching = batch_size is not None or batch_sampler is not None
-        if collate_fn is None and batching and uses_builtin_pipeline(dataset):
-            collate_fn = collate_images  # unbatched, torch converts each sample: keep its default
-        elif collate_fn is None and batching and getattr(dataset, "fields", None) and callable(
-                getattr(dataset, "collate", None)):
-            collate_fn = dataset.collate  # a PackedDataset's dict samples, collated by their fields' types
-        if batching and getattr(dataset, "on_error", None) == "skip":
-            collate_fn = keep_skips(collate_fn)  # each batch carries its skip count to stats()
+        collate_fn = collate_for(dataset, collate_fn, batching)
         self._stats = LoaderStats()
         self._progress: dict[str, Any] = {}
         super().__init__(dataset, batch_size, shuffle, sampler, batch_sampler, self.settings.num_workers,
@@ -266,77 +255,3 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         if reset:
             self._stats.reset()
         return figures
-
-
-def _rebuilt_arguments(dataset: Any, batch_size: int | None, shuffle: bool | None, sampler: Any,
-                       batch_sampler: Any, drop_last: bool) -> tuple[int | None, bool | None, Any, Any]:
-    """The arguments that made a loader's attributes, when a framework (Lightning) passes them back.
-
-    A constructed loader holds both the arguments and what torch made of them: the BatchSampler
-    over its sampler, the sampler that ``shuffle`` chose, ``batch_size=None`` next to a custom
-    batch_sampler. Passed back as they are, torch would refuse them as mutually exclusive; they
-    are recognised here and mapped back. Any other combination goes to torch, which judges it.
-    """
-    data = torch.utils.data
-    if (type(batch_sampler) is data.BatchSampler and batch_sampler.batch_size == batch_size
-            and batch_sampler.drop_last == drop_last
-            and (sampler is None or sampler is batch_sampler.sampler)):
-        sampler, batch_sampler = batch_sampler.sampler, None  # the BatchSampler torch made
-    elif (batch_sampler is not None and batch_size is None and not drop_last and not shuffle
-          and type(sampler) is data.SequentialSampler and sampler.data_source is dataset):
-        sampler, batch_size = None, 1  # what torch made next to a custom batch_sampler
-    if shuffle and (isinstance(sampler, EpochSampler)
-                    or (type(sampler) is data.RandomSampler and sampler.data_source is dataset)):
-        shuffle = None  # the sampler shuffle=True made (or ours, which shuffles by itself)
-    return batch_size, shuffle, sampler, batch_sampler
-
-
-def _packed_subset(dataset: Any) -> Any:
-    """A ``torch.utils.data.Subset`` (a ``random_split`` part, or a Subset of one) of a
-    PackedDataset, as the PackedDataset subset it is: the same samples, with the fast path kept."""
-    chain = []
-    inner = dataset
-    while isinstance(inner, torch.utils.data.Subset):
-        chain.append(inner.indices)
-        inner = inner.dataset
-    if not chain:
-        return dataset
-    from fastload.dataset import PackedDataset  # only for a Subset: a plain dataset's loader stays light
-
-    if not isinstance(inner, PackedDataset):
-        return dataset
-    for indices in reversed(chain):  # innermost first: each Subset numbers the samples of the one it wraps
-        inner = inner.subset(indices)
-    return inner
-
-
-def _wants_epoch_sampler(dataset: Any, distributed: bool | None) -> bool:
-    from fastload.dataset import PackedDataset
-
-    if isinstance(dataset, torch.utils.data.IterableDataset):
-        if distributed:
-            raise ValueError("distributed=True needs a map-style dataset; an IterableDataset must "
-                             "split itself across ranks")
-        return False
-    return isinstance(dataset, PackedDataset) or bool(distributed)
-
-
-def _rank_and_world(distributed: bool | None) -> tuple[int, int]:
-    initialised = dist.is_available() and dist.is_initialized()
-    if distributed and not initialised:
-        raise ValueError("distributed=True but torch.distributed is not initialised; call "
-                         "torch.distributed.init_process_group() first (torchrun sets it up)")
-    if distributed is False or not initialised:
-        return 0, 1
-    return dist.get_rank(), dist.get_world_size()
-
-
-def _image_place(dataset: Any) -> int:
-    """Where a tuple batch holds the images (``PackedDataset(fields=..., sample_as="tuple")``),
-    for mean/std; 0 for any other dataset. Refused when its fields have no image."""
-    fields, as_tuple = getattr(dataset, "fields", None), getattr(dataset, "sample_as", "dict") == "tuple"
-    if not as_tuple or not isinstance(fields, tuple):
-        return 0
-    if "image" not in fields:
-        raise ValueError(f"mean/std normalise the images, but the dataset's fields={fields!r} have no 'image'")
-    return fields.index("image")
