@@ -10,7 +10,8 @@ shuffle=True)`` (RandomResizedCrop 224 + flip, uint8 batches), warm page cache:
 * ``auto``: the defaults (threads mode; ``decode_threads=None``).
 * ``threads=N`` for each ``--threads`` N: ``PackedDataset(..., decode_threads=N)``, threads mode.
 * ``proposed rule``: ``decode_threads=proposed_decode_threads(...)`` (below), a candidate for
-  the default in ``fastload/dataset.py`` (``PackedDataset.decoder``), measured beside the others.
+  the default in ``fastload/samples/reading.py`` (``PackedDataset.decoder``), measured beside
+  the others.
 * ``2 workers`` (``--workers``): ``num_workers=cores``, persistent workers, one decode thread
   each (the default inside a worker).
 
