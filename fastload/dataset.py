@@ -11,7 +11,7 @@ import numpy as np
 import torch.utils.data
 
 from fastload.config import CACHE_LIMIT
-from fastload.dataset_options import check_kind, check_options
+from fastload.samples.options import check_kind, check_options
 from fastload.decode.files import FileDecode
 from fastload.decode.images import MAX_PIXELS, pixel_limit
 from fastload.decode.pipeline import ImagePipeline, ThreadDecoder

@@ -1,4 +1,4 @@
-"""Dataset options: PackedDataset's arguments judged alone and together, and against what it holds."""
+"""PackedDataset's arguments, judged alone, together, and against what the dataset holds."""
 
 from __future__ import annotations
 
