@@ -7,7 +7,7 @@ DEMO := demo
 .PHONY: demo test test-all venv clean
 
 # One venv; the demo installs only what it runs (the plot extra), the tests the dev extra.
-$(VENV)/.installed-%: setup.cfg setup.py pyproject.toml fastload/*.c fastload/*.h
+$(VENV)/.installed-%: setup.cfg setup.py pyproject.toml fastload/decode/*.c fastload/decode/*.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# The pinned CPU torch first: an unpinned one would pull several GB of CUDA packages.
