@@ -14,6 +14,11 @@ PACKAGES: dict[str, tuple[str, str]] = {
     "nvidia.dali.types": ("nvidia-dali-cuda120", "dali"),
     "matplotlib": ("matplotlib", "plot"),
     "matplotlib.pyplot": ("matplotlib", "plot"),
+    "pyarrow": ("pyarrow", "parquet"),
+    "pyarrow.compute": ("pyarrow", "parquet"),
+    "pyarrow.ipc": ("pyarrow", "parquet"),
+    "pyarrow.parquet": ("pyarrow", "parquet"),
+    "datasets": ("datasets", "hf"),
 }
 
 

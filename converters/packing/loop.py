@@ -31,6 +31,7 @@ from fastload.config import MAX_FILE_SIZE, MAX_PIXELS, available_cpus, parse_siz
 from fastload.decode.images import pixel_limit
 from fastload.errors import PackError
 from fastload.format import FORMAT_VERSION, Manifest, StorageKind
+from fastload.format.layout import IMAGE_EXTENSIONS
 from fastload.storage.location import is_remote, local_path
 from fastload.storage.remote import RemoteStore
 
@@ -51,7 +52,7 @@ def default_workers() -> int:
     return min(16, max(4, 4 * available_cpus()))
 
 
-def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None, *,
+def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None = None, *,
          format: StorageKind = "lmdb", shard_size: str | int = "256MB", workers: int | None = None,
          extensions: list[str] | None = None, on_error: OnError = "fail", max_side: int | None = None,
          quality: int | None = None, overwrite: bool = False, progress: bool | None = None,
@@ -60,8 +61,10 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
          max_file_size: str | int = MAX_FILE_SIZE, storage_options: dict[str, Any] | None = None,
          staging: str | os.PathLike[str] | None = None, sidecars: bool = False,
          file_columns: list[str] | tuple[str, ...] = (), root: str | os.PathLike[str] | None = None,
-         allow_outside_root: bool = False, sidecar_names: dict[str, str] | None = None) -> PackReport:
-    """Pack a folder or file list into a fastload dataset; see ``fastload pack --help``.
+         allow_outside_root: bool = False, sidecar_names: dict[str, str] | None = None,
+         image_column: str | None = None, label_column: str | None = None,
+         columns: list[str] | tuple[str, ...] | None = None) -> PackReport:
+    """Pack a folder, file list, tars or tables into a fastload dataset; see ``fastload pack --help``.
 
     Returns a PackReport (``already_packed`` when OUT holds this exact pack). Raises SourceError /
     SourceNotFoundError for a bad source or file (with ``on_error="fail"``) and PackError when
@@ -78,8 +81,30 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
     its file as file fields (see converters.sources.file_fields). A file list's paths (and file columns)
     must resolve inside ``root`` (default: the list's folder) unless ``allow_outside_root``; none
     is ever read from /proc, /sys or /dev (see converters.sources.confine).
+
+    Tables (a ``.parquet``, ``.arrow`` or ``.feather`` file, a folder of them, a Hugging Face
+    ``save_to_disk`` folder, or SRC an in-memory ``datasets.Dataset``, which needs ``out``) pack
+    one record per row (see converters.sources.tables): ``image_column`` holds the image bytes
+    (default: the one binary column, or HF ``Image`` column), ``label_column`` the label (default:
+    ``label`` when there is one; whole numbers, class names, or an HF ``ClassLabel``), and every
+    other column, or those ``columns`` names, is a typed field.
     """
     started = time.perf_counter()
+    table = {"image_column": image_column, "label_column": label_column,
+             "columns": None if columns is None else tuple(columns)}
+    if not isinstance(src, (str, os.PathLike)):  # an in-memory dataset: no path to put OUT beside
+        if out is None:
+            raise ValueError(f"an in-memory {type(src).__name__} as SRC needs out= (the dataset folder to write)")
+        given = {"extensions": extensions, "layout": layout != "auto", "storage_options": storage_options,
+                 "staging": staging, "sidecars": sidecars, "file_columns": file_columns, "root": root,
+                 "allow_outside_root": allow_outside_root, "sidecar_names": sidecar_names}
+        if any(given.values()):
+            raise ValueError(f"{next(k for k, v in given.items() if v)}= is for sources on disk; an in-memory "
+                             f"{type(src).__name__}'s columns are chosen with image_column=, label_column=, columns=")
+        return _pack_object(src, out, table, started, format=format, shard_size=shard_size, workers=workers,
+                            on_error=on_error, max_side=max_side, quality=quality, check=check,
+                            max_pixels=max_pixels, restart_markers=restart_markers, max_file_size=max_file_size,
+                            overwrite=overwrite, progress=progress)
     src_store = RemoteStore(str(src), storage_options) if is_remote(src) else None
     out_remote = out is not None and is_remote(out)
     if src_store is None and not out_remote and storage_options:
@@ -96,15 +121,10 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
     exts = normalize_extensions(extensions)
     listing = list_to_pack(src, src_store, src_path, layout=layout, extensions=exts, on_error=on_error,
                            options=options, sidecars=sidecars, file_columns=tuple(file_columns), root=root,
-                           allow_outside_root=allow_outside_root, sidecar_names=sidecar_names)
+                           allow_outside_root=allow_outside_root, sidecar_names=sidecar_names, table=table)
     if src_path is not None and out_path is not None:
         _check_out_location(src_path, listing.root, out_path)
-    # Read threads do not change what is written: a resume with other --workers keeps the shards.
-    content = {k: v for k, v in options.items() if k not in ("workers", "max_file_size")}
-    if listing.file_fields:  # names and types: a renamed column is another pack (absent: old digests hold)
-        content["file_fields"] = dict(listing.file_fields)
-    plans = plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts})
-    job = _PackJob(listing, plans, options, exts, progress, src_store)
+    job = _job(listing, options, exts, progress, src_store)
     if out_path is None:
         from fastload.converters.destination.upload import pack_to_store
 
@@ -113,6 +133,33 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
         report = _pack_local(job, out_path, overwrite)
     report.elapsed_s = time.perf_counter() - started
     return report
+
+
+def _pack_object(src: Any, out: str | os.PathLike[str], table: dict[str, Any], started: float, *,
+                 overwrite: bool, progress: bool | None, **checked: Any) -> PackReport:
+    """Pack an in-memory dataset (a ``datasets.Dataset``) to a local folder."""
+    if is_remote(out):
+        raise ValueError(f"{out}: an in-memory dataset is packed to a local folder; upload that folder after")
+    options = _check_options(**checked)
+    listing = list_to_pack(src, None, None, layout="auto", extensions=IMAGE_EXTENSIONS, on_error=checked["on_error"],
+                           options=options, sidecars=False, file_columns=(), table=table)
+    out_path = Path(os.path.realpath(local_path(out)))
+    report = _pack_local(_job(listing, options, IMAGE_EXTENSIONS, progress, None), out_path, overwrite)
+    report.elapsed_s = time.perf_counter() - started
+    return report
+
+
+def _job(listing: SourceListing, options: dict[str, Any], exts: tuple[str, ...], progress: bool | None,
+         src_store: RemoteStore | None) -> _PackJob:
+    """The shard plan over ``listing``: what a re-run with the same source and options finds again."""
+    # Read threads do not change what is written: a resume with other --workers keeps the shards.
+    content = {k: v for k, v in options.items() if k not in ("workers", "max_file_size")}
+    if listing.file_fields:  # names and types: a renamed column is another pack (absent: old digests hold)
+        content["file_fields"] = dict(listing.file_fields)
+    if listing.layout == "table":  # which column the payloads come from
+        content["image_column"] = listing.reader.column
+    plans = plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts})
+    return _PackJob(listing, plans, options, exts, progress, src_store)
 
 
 @dataclass

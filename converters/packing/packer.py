@@ -152,6 +152,7 @@ class Packer:
 
     def _skip(self, got: Loaded, record: dict[str, Any]) -> None:
         item = self.items[got.index]
-        if self.options["on_error"] == "fail":
-            raise SourceError(f"{item.path}: {got.reason}; fix or remove it, or pass --on-error skip")
+        if self.options["on_error"] == "fail":  # a tar member, a table row: named inside its file
+            where = item.path if item.offset < 0 else item.path.parent / item.rel
+            raise SourceError(f"{where}: {got.reason}; fix or remove it, or pass --on-error skip")
         record["skips"].append([item.rel, got.reason])

@@ -21,7 +21,7 @@ from fastload.errors import SourceError
 from fastload.format.files import kernel_refusal, kind_of
 from fastload.format.layout import IMAGE_EXTENSIONS, field_name_problem
 
-Layout = Literal["auto", "imagefolder", "flat", "list", "webdataset"]
+Layout = Literal["auto", "imagefolder", "flat", "list", "webdataset", "table"]
 LIST_SUFFIXES = (".csv", ".jsonl")
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from fastload.converters.sources.folders import list_source
 from fastload.converters.sources.items import Layout, SourceListing
 from fastload.converters.sources.store import list_store_source
+from fastload.converters.sources.table_files import is_table_source
 from fastload.converters.sources.tars import is_tar_source
 
 from fastload.errors import SourceError
@@ -19,10 +20,19 @@ from fastload.format.layout import IMAGE_EXTENSIONS
 def list_to_pack(src: object, src_store: Any, src_path: Path | None, *, layout: Layout, extensions: tuple[str, ...],
                  on_error: str, options: dict[str, Any], sidecars: bool, file_columns: tuple[str, ...],
                  root: str | os.PathLike[str] | None = None, allow_outside_root: bool = False,
-                 sidecar_names: dict[str, str] | None = None) -> SourceListing:
-    """The listing of ``src`` (``src_store`` for a store prefix, else the local ``src_path``) in
-    record order, each item with its record's other files; a file list's paths confined to
-    ``root`` (None: its folder) unless ``allow_outside_root`` (see converters.sources.confine)."""
+                 sidecar_names: dict[str, str] | None = None, table: dict[str, Any] | None = None) -> SourceListing:
+    """The listing of ``src`` (``src_store`` for a store prefix, else the local ``src_path``, else
+    ``src`` is an in-memory dataset) in record order, each item with its record's other files; a
+    file list's paths confined to ``root`` (None: its folder) unless ``allow_outside_root`` (see
+    converters.sources.confine). ``table``: the image/label/field columns of a table source."""
+    table = {k: v for k, v in (table or {}).items() if v is not None}
+    if src_path is None and src_store is None or layout == "table" or (
+            layout == "auto" and src_path is not None and is_table_source(src_path)):
+        return _list_table(src, src_path, extensions, options, sidecars, file_columns, root, allow_outside_root,
+                           sidecar_names, table)
+    if table:
+        raise SourceError(f"{src}: --{next(iter(table)).replace('_', '-')} is for tables (.parquet, .arrow, "
+                          ".feather files and Hugging Face datasets), which SRC is not")
     if src_store is not None:
         if sidecars or sidecar_names or file_columns or root is not None or allow_outside_root:
             raise SourceError(f"{src}: --sidecars, --file-columns, --root and --allow-outside-root are for local "
@@ -77,3 +87,25 @@ def _list_tars(src: Path, extensions: tuple[str, ...], on_error: str, options: d
         raise SourceError(f"{src}: --max-side would shrink the images but not their file fields "
                           f"({', '.join(listing.file_fields)}), which must stay their size; pack without it")
     return listing
+
+
+def _list_table(src: object, src_path: Path | None, extensions: tuple[str, ...], options: dict[str, Any],
+                sidecars: bool, file_columns: tuple[str, ...], root: object, allow_outside_root: bool,
+                sidecar_names: dict[str, str] | None, table: dict[str, Any]) -> SourceListing:
+    """Parquet / Arrow tables, or an in-memory Hugging Face dataset: one record per row."""
+    from fastload.converters.sources.tables import is_dataset, list_dataset, list_tables
+
+    where = src_path if src_path is not None else "the dataset"
+    if sidecars or sidecar_names or file_columns or root is not None or allow_outside_root:
+        raise SourceError(f"{where}: --sidecars, --sidecar-names, --file-columns, --root and --allow-outside-root "
+                          "are for folders and file lists; a table's columns are its fields: choose them with "
+                          "--columns")
+    if extensions != IMAGE_EXTENSIONS:
+        raise SourceError(f"{where}: --extensions chooses files; a table's image is a column: name it with "
+                          "--image-column")
+    if src_path is None:
+        if not is_dataset(src):
+            raise SourceError(f"{src}: tables in an object store are not read in place yet; copy them to a local "
+                              "folder first")
+        return list_dataset(src, max_file_size=options["max_file_size"], **table)
+    return list_tables(src_path, max_file_size=options["max_file_size"], **table)

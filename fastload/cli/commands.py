@@ -30,6 +30,11 @@ def _copied(packed: dict) -> str:
     return "none (bytes copied exactly)"
 
 
+def _names(text: str | None) -> list[str] | None:
+    """``a,b`` as ``["a", "b"]`` (--columns; ``""``: no columns)."""
+    return None if text is None else [name for name in text.split(",") if name]
+
+
 def pack_command(args: argparse.Namespace) -> int:
     from fastload.converters import pack
 
@@ -44,7 +49,9 @@ def pack_command(args: argparse.Namespace) -> int:
                   restart_markers=args.restart_markers, max_file_size=args.max_file_size,
                   storage_options=_storage_options(args), staging=args.staging, sidecars=args.sidecars,
                   file_columns=[c for c in (args.file_columns or "").split(",") if c], root=args.root,
-                  allow_outside_root=args.allow_outside_root, sidecar_names=args.sidecar_names)
+                  allow_outside_root=args.allow_outside_root, sidecar_names=args.sidecar_names,
+                  image_column=args.image_column, label_column=args.label_column,
+                  columns=_names(args.columns))
     print(report.summary())
     return 0
 

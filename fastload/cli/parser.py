@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pack", help="pack a folder or CSV/JSONL file list into LMDB/HDF5 shards")
     p.add_argument("src", nargs="+", metavar="SRC",
                    help="ImageFolder tree, flat folder, .csv/.jsonl file list, WebDataset tars (a .tar, a "
-                        "folder of them, or a quoted brace list 'data-{000..099}.tar'), or a store prefix "
+                        "folder of them, or a quoted brace list 'data-{000..099}.tar'), tables (.parquet, .arrow, "
+                        ".feather, a folder of them, a Hugging Face save_to_disk folder), or a store prefix "
                         "of small objects (s3://bucket/images/)")
     p.add_argument("-o", "--out", help="output dataset folder or store URL (s3://bucket/images.fl; "
                                        "default: SRC.fl next to SRC)")
@@ -99,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--file-columns", default=None, metavar="NAMES",
                    help="a file list's columns (comma-separated) naming more files of each record, "
                         "packed beside its image: --file-columns mask,depth")
+    p.add_argument("--image-column", default=None, metavar="NAME",
+                   help="a table's column of image bytes (default: its one binary column, or HF Image column)")
+    p.add_argument("--label-column", default=None, metavar="NAME",
+                   help="a table's label column: whole numbers, class names or an HF ClassLabel "
+                        "(default: 'label' when there is one)")
+    p.add_argument("--columns", default=None, metavar="NAMES",
+                   help="a table's columns (comma-separated) kept as fields (default: every other column)")
     p.add_argument("--root", metavar="DIR", default=None,
                    help="a file list's paths (and file columns) must lie inside DIR, symlinks resolved "
                         "(default: the list's folder)")

@@ -1,0 +1,150 @@
+"""Tables as a source, the columns: which one holds the image, which the label, and every other
+column as a typed field, its type read from the Arrow schema (not guessed from values)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from fastload.errors import SourceError
+from fastload.format.layout import array_type
+from fastload.optional import require
+
+_CHOOSE = "choose the columns to keep as fields with --columns (columns=[...])"
+
+
+def _types() -> Any:
+    return require("pyarrow", "packing Parquet or Arrow tables").types
+
+
+def _is_binary(t: Any) -> bool:
+    types = _types()
+    return types.is_binary(t) or types.is_large_binary(t) or getattr(types, "is_binary_view", bool)(t)
+
+
+def is_image_type(t: Any) -> bool:
+    """Image bytes: a binary column, or a struct with a binary ``bytes`` field (HF's ``Image``)."""
+    if _types().is_struct(t):
+        index = t.get_field_index("bytes")
+        return index >= 0 and _is_binary(t.field(index).type)
+    return _is_binary(t)
+
+
+def image_bytes(column: Any) -> Any:
+    """The image bytes of a column (HF ``Image`` structs: their ``bytes``, null where the struct is)."""
+    if _types().is_struct(column.type):
+        return require("pyarrow.compute", "packing Parquet or Arrow tables").struct_field(column, "bytes")
+    return column
+
+
+def hf_features(schema: Any) -> dict[str, Any]:
+    """The Hugging Face features a table's schema metadata records (``{}`` when none)."""
+    raw = (schema.metadata or {}).get(b"huggingface")
+    try:
+        features = json.loads(raw)["info"]["features"] if raw else {}
+    except (ValueError, KeyError, TypeError):
+        return {}
+    return features if isinstance(features, dict) else {}
+
+
+def choose_image(where: object, schema: Any, name: str | None) -> str:
+    if name is not None:
+        if name not in schema.names:
+            raise SourceError(f"{where}: no image column {name!r} (columns: {', '.join(schema.names)}); "
+                              "name the one that holds the image bytes with --image-column")
+        if not is_image_type(schema.field(name).type):
+            raise SourceError(f"{where}: image column {name!r} holds {schema.field(name).type}, not image bytes "
+                              "(binary, or a struct with a binary 'bytes' field as HF's Image feature stores it)")
+        return name
+    found = [f.name for f in schema if is_image_type(f.type)]
+    if len(found) != 1:
+        what = f"{len(found)} columns hold bytes ({', '.join(found)})" if found else "no column holds image bytes"
+        raise SourceError(f"{where}: {what} (columns: {', '.join(schema.names)}); name the image column "
+                          "with --image-column (image_column=)")
+    return found[0]
+
+
+def choose_label(where: object, schema: Any, name: str | None) -> str | None:
+    if name is None:
+        return "label" if "label" in schema.names else None
+    if name not in schema.names:
+        raise SourceError(f"{where}: no label column {name!r} (columns: {', '.join(schema.names)}); "
+                          "name another with --label-column, or leave it out")
+    return name
+
+
+def raw_labels(where: object, name: str, column: Any) -> np.ndarray | list[str | None]:
+    """A label column's values: int64 (null: -1), or text (null: None) to number once all files are read."""
+    types = _types()
+    t = column.type.value_type if types.is_dictionary(column.type) else column.type
+    if types.is_integer(t):
+        return _ints(where, name, column.cast(t) if t != column.type else column, fill=-1)
+    if types.is_string(t) or types.is_large_string(t):
+        return column.cast(t).to_pylist()
+    raise SourceError(f"{where}: label column {name!r} holds {column.type}; labels are whole numbers or "
+                      "class names (text): name another with --label-column")
+
+
+def field_type(where: object, name: str, t: Any) -> str:
+    """A column's field type (``int64``, ``float64``, ``bool``, ``str``, or an array type such as
+    ``float64[*]`` / ``float64[*,4]``), or a SourceError naming it."""
+    types, whole = _types(), t
+    if types.is_dictionary(t):
+        t = t.value_type
+    if types.is_string(t) or types.is_large_string(t):
+        return "str"
+    dims = []
+    while types.is_list(t) or types.is_large_list(t) or types.is_fixed_size_list(t):
+        dims.append(str(t.list_size) if types.is_fixed_size_list(t) else "*")
+        t = t.value_type
+    element = ("bool" if types.is_boolean(t) else "int64" if types.is_integer(t)
+               else "float64" if types.is_floating(t) else None)
+    if element is None or "*" in dims[1:]:
+        raise SourceError(f"{where}: column {name!r} holds {whole}, which no field type stores (numbers, "
+                          f"booleans, text, lists of numbers with one varying dimension); {_CHOOSE}")
+    return f"{element}[{','.join(dims)}]" if dims else element
+
+
+def field_values(where: object, name: str, dtype: str, column: Any) -> Any:
+    """A field's values, one per row: a NumPy array for numbers, a list of str or of arrays."""
+    column = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    if _types().is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if dtype == "str":
+        return [v if v is not None else "" for v in column.to_pylist()]  # as a CSV's empty cell
+    if array_type(dtype) is None:
+        _no_nulls(where, name, column)
+        return _ints(where, name, column) if dtype == "int64" else column.to_numpy(zero_copy_only=False).astype(dtype)
+    element, first, rest = array_type(dtype)
+    pc = require("pyarrow.compute", "packing Parquet or Arrow tables")
+    if first is not None:
+        _no_nulls(where, name, column)
+    lengths = pc.list_value_length(column).fill_null(0).to_numpy().astype(np.int64)
+    flat = column.flatten()
+    for _ in rest:
+        _no_nulls(where, name, flat, "inside its rows")
+        flat = flat.flatten()
+    _no_nulls(where, name, flat, "inside its rows")
+    values = _ints(where, name, flat) if element == "int64" else flat.to_numpy(zero_copy_only=False).astype(element)
+    return np.split(values.reshape(-1, *rest), np.cumsum(lengths)[:-1])
+
+
+def _no_nulls(where: object, name: str, column: Any, inside: str = "") -> None:
+    if column.null_count:
+        row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+        at = f"row {row}" if not inside else "a row"
+        raise SourceError(f"{where}: column {name!r} is null at {at}{' (' + inside + ')' if inside else ''}; "
+                          f"fill it, or {_CHOOSE}")
+
+
+def _ints(where: object, name: str, column: Any, fill: int | None = None) -> np.ndarray:
+    if fill is not None:
+        column = column.fill_null(fill)
+    values = column.to_numpy(zero_copy_only=False)
+    if values.dtype == np.uint64 and len(values) and values.max() > np.iinfo(np.int64).max:
+        row = int(np.argmax(values > np.iinfo(np.int64).max))
+        raise SourceError(f"{where}: column {name!r} is {values[row]} at row {row}, out of range for int64; "
+                          f"store smaller numbers, or {_CHOOSE}")
+    return values.astype(np.int64)

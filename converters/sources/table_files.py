@@ -1,0 +1,197 @@
+"""Tables as a source, the files: which Parquet / Arrow IPC / Feather files SRC names, and each one
+read a row group (Parquet) or record batch (IPC) at a time, only the columns asked for.
+
+An in-memory table (a ``datasets.Dataset``'s, or a ``pyarrow.Table``) is read the same way, a
+chunk at a time. Only the image column is read at pack time; the others once, when listing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastload.errors import SourceError, SourceNotFoundError
+from fastload.format.layout import IMAGE_EXTENSIONS
+from fastload.optional import require
+
+TABLE_SUFFIXES = (".parquet", ".arrow", ".feather")
+HF_STATE, HF_DICT = "state.json", "dataset_dict.json"  # what save_to_disk writes beside the data files
+_MEMORY_BATCH_ROWS = 8192  # an in-memory table's rows per batch: zero-copy slices, any size would do
+
+
+def arrow() -> Any:
+    return require("pyarrow", "packing Parquet or Arrow tables")
+
+
+def is_table_source(src: Path) -> bool:
+    """Whether ``src`` names tables: a table file, a save_to_disk folder, or a folder that holds
+    table files and no images."""
+    if src.is_file():
+        return src.suffix.lower() in TABLE_SUFFIXES
+    if not src.is_dir():
+        return False
+    names = [e for e in os.scandir(src) if not e.name.startswith(".")]
+    if any(e.name in (HF_STATE, HF_DICT) for e in names):
+        return True
+    return (any(e.name.lower().endswith(TABLE_SUFFIXES) for e in names)
+            and not any(e.name.lower().endswith(IMAGE_EXTENSIONS) for e in names))
+
+
+def table_paths(src: Path) -> tuple[Path, list[Path]]:
+    """The listing's root and its table files, in record order: a save_to_disk folder's in the order
+    its state.json gives, a folder's sorted by name."""
+    if src.is_file():
+        return src.parent, [src]
+    if (src / HF_DICT).is_file():
+        splits = sorted(p.name for p in src.iterdir() if p.is_dir() and (p / HF_STATE).is_file())
+        raise SourceError(f"{src}: a Hugging Face DatasetDict (splits: {', '.join(splits) or 'none'}); "
+                          f"pack one split at a time: {src / (splits[0] if splits else 'train')}")
+    if (src / HF_STATE).is_file():
+        try:
+            names = [f["filename"] for f in json.loads((src / HF_STATE).read_text())["_data_files"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SourceError(f"{src / HF_STATE}: not a save_to_disk state file ({exc}); "
+                              "save the dataset again with save_to_disk") from None
+        paths = [src / name for name in names]
+        missing = [p for p in paths if not p.is_file()]
+        if missing:
+            raise SourceNotFoundError(f"{missing[0]}: no such file, though {HF_STATE} lists it")
+        return src, paths
+    paths = sorted(p for p in src.iterdir() if p.name.lower().endswith(TABLE_SUFFIXES) and p.is_file())
+    if not paths:
+        raise SourceError(f"{src}: no {', '.join(TABLE_SUFFIXES)} files in this folder")
+    return src, paths
+
+
+class TableFile:
+    """One table: its schema and its batches (row groups, record batches or chunks), each read on
+    its own, only the columns asked for. ``name`` prefixes its rows' paths (``train.parquet/000123``)."""
+
+    def __init__(self, path: Path, name: str, schema: Any, rows: list[int]) -> None:
+        self.path, self.name, self.schema = path, name, schema
+        self.starts = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)]).astype(np.int64)
+        self.mtime_ns, self.stamp = 0, (-1, -1)
+        if path.is_file():  # a rewritten file redoes its shards (see converters.packing.plan)
+            st = path.stat()
+            self.mtime_ns, self.stamp = st.st_mtime_ns, (st.st_ctime_ns, st.st_ino)
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.starts[-1])
+
+    def batch_of(self, row: int) -> int:
+        return int(np.searchsorted(self.starts, row, side="right")) - 1
+
+    def read(self, k: int, columns: list[str]) -> Any:
+        """Batch ``k``'s ``columns`` as a pyarrow Table."""
+        raise NotImplementedError
+
+    def sizes(self, column: str) -> np.ndarray:
+        """Each row's image bytes (int64): exact here, where reading the column costs nothing."""
+        from fastload.converters.sources.table_columns import image_bytes
+
+        pc = require("pyarrow.compute", "packing Parquet or Arrow tables")
+        parts = [pc.binary_length(image_bytes(self.read(k, [column]).column(0))).fill_null(0)
+                 for k in range(len(self.starts) - 1)]
+        return np.concatenate([p.to_numpy().astype(np.int64) for p in parts] or [np.zeros(0, np.int64)])
+
+    def read_all(self, columns: list[str]) -> Any:
+        pa = arrow()
+        if not columns:
+            return pa.table({})
+        return pa.concat_tables([self.read(k, columns) for k in range(len(self.starts) - 1)] or
+                                [self.schema.empty_table().select(columns)])
+
+    def close(self) -> None:
+        pass
+
+
+class ParquetTable(TableFile):
+    """A Parquet file: row groups; a row's size estimated from its row group's metadata (the image
+    column's uncompressed bytes over its rows), so listing reads no image."""
+
+    def __init__(self, path: Path, name: str) -> None:
+        pq = require("pyarrow.parquet", "packing Parquet tables")
+        try:
+            self.file = pq.ParquetFile(path)
+        except (OSError, ValueError) as exc:  # ArrowInvalid is a ValueError
+            raise SourceError(f"{path}: not a readable Parquet file ({exc}); re-write it, or leave it out") from None
+        meta = self.file.metadata
+        super().__init__(path, name, self.file.schema_arrow, [meta.row_group(k).num_rows for k in range(meta.num_row_groups)])
+
+    def read(self, k: int, columns: list[str]) -> Any:
+        return self.file.read_row_group(k, columns=columns)
+
+    def sizes(self, column: str) -> np.ndarray:
+        meta, out = self.file.metadata, []
+        for k in range(meta.num_row_groups):
+            group = meta.row_group(k)
+            total = sum(group.column(j).total_uncompressed_size for j in range(group.num_columns)
+                        if group.column(j).path_in_schema in (column, f"{column}.bytes"))
+            out.append(np.full(group.num_rows, max(1, total // max(1, group.num_rows)), dtype=np.int64))
+        return np.concatenate(out or [np.zeros(0, np.int64)])
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class IpcTable(TableFile):
+    """An Arrow IPC file (Feather v2) or stream (a save_to_disk ``data-*.arrow``), memory-mapped:
+    a batch's columns are read in place (decompressed only when the file is compressed). A stream
+    is read forwards; a batch before the last one read opens it again."""
+
+    def __init__(self, path: Path, name: str) -> None:
+        pa, self.ipc = arrow(), require("pyarrow.ipc", "packing Arrow tables")
+        self.stream: Iterator[Any] | None = None
+        self.next_batch, self.columns = 0, list[str]()
+        try:
+            self.file = self.ipc.open_file(pa.memory_map(str(path)))
+            rows = [self.file.get_batch(k).num_rows for k in range(self.file.num_record_batches)]
+            schema = self.file.schema
+        except (OSError, ValueError):
+            self.file = None
+            try:
+                reader = self.ipc.open_stream(pa.memory_map(str(path)))
+                schema, rows = reader.schema, [batch.num_rows for batch in reader]
+            except (OSError, ValueError) as exc:
+                raise SourceError(f"{path}: neither an Arrow IPC file (Feather v2) nor an Arrow stream ({exc}); "
+                                  "re-write it with pyarrow.feather.write_feather, or leave it out") from None
+        super().__init__(path, name, schema, rows)
+
+    def read(self, k: int, columns: list[str]) -> Any:
+        pa = arrow()
+        options = self.ipc.IpcReadOptions(included_fields=[self.schema.get_field_index(c) for c in columns])
+        if self.file is not None:
+            reader = self.ipc.open_file(pa.memory_map(str(self.path)), options=options)
+            return pa.Table.from_batches([reader.get_batch(k)]).select(columns)
+        if self.stream is None or k < self.next_batch or self.columns != columns:
+            self.stream, self.next_batch, self.columns = iter(self.ipc.open_stream(
+                pa.memory_map(str(self.path)), options=options)), 0, columns
+        while True:  # earlier batches are passed over: in place, nothing is read but their headers
+            batch, self.next_batch = next(self.stream), self.next_batch + 1
+            if self.next_batch - 1 == k:
+                return pa.Table.from_batches([batch]).select(columns)
+
+
+class MemoryTable(TableFile):
+    """A table in memory (a ``datasets.Dataset``'s Arrow table): zero-copy slices of it."""
+
+    def __init__(self, table: Any, name: str, version: int) -> None:
+        self.table = table
+        n = table.num_rows
+        rows = [min(_MEMORY_BATCH_ROWS, n - start) for start in range(0, n, _MEMORY_BATCH_ROWS)]
+        super().__init__(Path(name), name, table.schema, rows)
+        self.mtime_ns = version  # what a change to the data changes (its fingerprint; see tables.py)
+
+    def read(self, k: int, columns: list[str]) -> Any:
+        start = int(self.starts[k])
+        return self.table.select(columns).slice(start, int(self.starts[k + 1]) - start)
+
+
+def open_table(path: Path, name: str) -> TableFile:
+    return ParquetTable(path, name) if path.suffix.lower() == ".parquet" else IpcTable(path, name)

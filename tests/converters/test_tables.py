@@ -1,0 +1,189 @@
+"""Parquet / Arrow tables and Hugging Face datasets as a pack source (issue 27): one record per row,
+the image read from its column a row group at a time, and the same records as the same samples
+packed from files; a bad row or column named, or skipped and reported."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from fastload.converters import pack
+
+import fastload
+from fastload.errors import SourceError
+from tests.conftest import make_jpeg
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+COUNT = 12
+CLASSES = ["bird", "cat", "dog"]
+
+
+def _samples() -> list[dict]:
+    return [{"jpg": make_jpeg(40 + i, 30 + i % 4, seed=i), "label": CLASSES[i % 3], "caption": f"photo {i}",
+             "score": i / 4, "n": i * 7, "tags": list(range(i % 3))} for i in range(COUNT)]
+
+
+def _table(samples: list[dict]):
+    return pa.table({"jpg": [s["jpg"] for s in samples], "label": [s["label"] for s in samples],
+                     "caption": [s["caption"] for s in samples], "score": [s["score"] for s in samples],
+                     "n": pa.array([s["n"] for s in samples], pa.int32()),
+                     "tags": pa.array([s["tags"] for s in samples], pa.list_(pa.int16()))})
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tables")
+    samples = _samples()
+    table = _table(samples)
+    pq.write_table(table, root / "t.parquet", row_group_size=5)  # row groups of 5, 5 and 2
+    (root / "parts").mkdir()
+    pq.write_table(table.slice(0, 7), root / "parts" / "a.parquet", row_group_size=3)
+    pq.write_table(table.slice(7), root / "parts" / "b.parquet")
+    files = root / "files"
+    files.mkdir()
+    with open(files / "list.csv", "w", newline="") as f:  # the same samples as files and a list
+        rows = csv.writer(f)
+        rows.writerow(["path", "label", "caption", "score", "n", "tags"])
+        for i, s in enumerate(samples):
+            (files / f"{i:06d}.jpg").write_bytes(s["jpg"])
+            rows.writerow([f"{i:06d}.jpg", s["label"], s["caption"], s["score"], s["n"], json.dumps(s["tags"])])
+    out = root / "files.fl"
+    pack(files / "list.csv", out, progress=False)
+    return root, samples, fastload.PackedDataset(out)
+
+
+def _same_records(packed, from_files, samples, paths) -> None:
+    assert packed.manifest.fields == from_files.manifest.fields == {
+        "caption": "str", "score": "float64", "n": "int64", "tags": "int64[*]"}
+    assert packed.classes == from_files.classes == CLASSES and packed.manifest.kind == "images"
+    for i, s in enumerate(samples):
+        a, b = packed.record(i), from_files.record(i)
+        assert a["data"] == b["data"] == s["jpg"]
+        assert (a["label"], a["caption"], a["score"], a["n"]) == (b["label"], b["caption"], b["score"], b["n"])
+        assert np.array_equal(a["tags"], b["tags"]) and list(a["tags"]) == s["tags"]
+        assert (a["width"], a["height"]) == (b["width"], b["height"])
+        assert a["path"] == paths[i]
+
+
+def test_parquet_row_groups_pack_to_the_records_their_samples_pack_to_from_files(made, tmp_path):
+    root, samples, from_files = made
+    report = pack(root / "t.parquet", tmp_path / "t.fl", progress=False, image_column="jpg", label_column="label")
+    assert report.num_records == COUNT and report.skipped == 0
+    packed = fastload.PackedDataset(tmp_path / "t.fl")
+    _same_records(packed, from_files, samples, [f"t.parquet/{i:06d}" for i in range(COUNT)])
+    assert packed.manifest.packed["layout"] == "table" and fastload.verify(tmp_path / "t.fl", decode=True).ok
+    again = pack(root / "t.parquet", tmp_path / "t.fl", progress=False)  # the plan is the same: nothing to redo
+    assert again.already_packed
+    pack(root / "parts", tmp_path / "parts.fl", progress=False, shard_size=20_000)  # a folder: files sorted
+    parts = fastload.PackedDataset(tmp_path / "parts.fl")
+    assert len(parts.manifest.shards) > 1
+    _same_records(parts, from_files, samples, [f"a.parquet/{i:06d}" for i in range(7)] +
+                  [f"b.parquet/{i:06d}" for i in range(COUNT - 7)])
+
+
+def test_feather_files_and_fixed_size_lists(made, tmp_path):
+    _, samples, from_files = made
+    feather = pytest.importorskip("pyarrow.feather")
+    box = pa.array([[i, i + 1.5, 10, 20] for i in range(COUNT)], pa.list_(pa.float32(), 4))
+    feather.write_feather(_table(samples).append_column("box", box), tmp_path / "t.feather", chunksize=4)
+    pack(tmp_path / "t.feather", tmp_path / "f.fl", progress=False, columns=["caption", "score", "n", "tags"])
+    _same_records(fastload.PackedDataset(tmp_path / "f.fl"), from_files, samples,
+                  [f"t.feather/{i:06d}" for i in range(COUNT)])
+    pack(tmp_path / "t.feather", tmp_path / "box.fl", progress=False, columns=["box"])
+    boxed = fastload.PackedDataset(tmp_path / "box.fl")
+    assert boxed.manifest.fields == {"box": "float64[4]"}
+    assert list(boxed.record(5)["box"]) == [5, 6.5, 10, 20]
+
+
+@pytest.fixture(scope="module")
+def hf(made):
+    datasets = pytest.importorskip("datasets")
+    samples = made[1]
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=CLASSES),
+                                  "caption": datasets.Value("string"), "score": datasets.Value("float64"),
+                                  "n": datasets.Value("int32"), "tags": datasets.List(datasets.Value("int64"))})
+    return datasets, datasets.Dataset.from_dict(
+        {"image": [{"bytes": s["jpg"], "path": None} for s in samples],
+         "label": [CLASSES.index(s["label"]) for s in samples], "caption": [s["caption"] for s in samples],
+         "score": [s["score"] for s in samples], "n": [s["n"] for s in samples],
+         "tags": [s["tags"] for s in samples]}, features=features)
+
+
+def test_a_hf_dataset_and_its_save_to_disk_folder_pack_to_the_same_records(made, hf, tmp_path):
+    _, samples, from_files = made
+    datasets, ds = hf
+    pack(ds, tmp_path / "mem.fl", progress=False)
+    _same_records(fastload.PackedDataset(tmp_path / "mem.fl"), from_files, samples,
+                  [f"dataset/{i:06d}" for i in range(COUNT)])
+    ds.save_to_disk(str(tmp_path / "saved"))
+    pack(tmp_path / "saved", tmp_path / "disk.fl", progress=False)
+    _same_records(fastload.PackedDataset(tmp_path / "disk.fl"), from_files, samples,
+                  [f"data-00000-of-00001.arrow/{i:06d}" for i in range(COUNT)])
+    shuffled = ds.shuffle(seed=3)  # an indices mapping over the same table: packed in its order
+    pack(shuffled, tmp_path / "shuffled.fl", progress=False)
+    order = [samples.index(next(s for s in samples if s["caption"] == c)) for c in shuffled["caption"]]
+    packed = fastload.PackedDataset(tmp_path / "shuffled.fl")
+    assert [packed.record(i)["data"] for i in range(COUNT)] == [samples[k]["jpg"] for k in order]
+    with pytest.raises(ValueError, match="needs out="):
+        pack(ds)
+    with pytest.raises(ValueError, match="sidecars= is for sources on disk"):
+        pack(ds, tmp_path / "x.fl", sidecars=True)
+    assert pack(ds, tmp_path / "mem.fl", progress=False).already_packed  # its fingerprint, rows and sizes: the same plan
+    datasets.DatasetDict({"train": ds}).save_to_disk(str(tmp_path / "dict"))
+    with pytest.raises(SourceError, match=r"dict: a Hugging Face DatasetDict \(splits: train\); pack one split"):
+        pack(tmp_path / "dict", tmp_path / "dict.fl", progress=False)
+
+
+def test_a_null_or_undecodable_image_is_named_or_skipped_and_reported(made, tmp_path):
+    samples = made[1][:6]
+    images = [s["jpg"] for s in samples]
+    images[2], images[4] = None, b"not an image at all"
+    table = _table(samples).set_column(0, "jpg", pa.array(images, pa.binary()))
+    pq.write_table(table, tmp_path / "bad.parquet", row_group_size=4)
+    with pytest.raises(SourceError, match=r"bad.parquet/000002: .*no image: column 'jpg' is null in this row"):
+        pack(tmp_path / "bad.parquet", tmp_path / "a.fl", progress=False)
+    report = pack(tmp_path / "bad.parquet", tmp_path / "b.fl", on_error="skip", progress=False)
+    assert report.num_records == 4 and [s.rel for s in report.skipped_files] == ["bad.parquet/000002",
+                                                                                 "bad.parquet/000004"]
+    assert "not a readable image" in report.skipped_files[1].reason
+    ds = fastload.PackedDataset(tmp_path / "b.fl")
+    assert [ds.record(i)["path"] for i in range(4)] == [f"bad.parquet/{i:06d}" for i in (0, 1, 3, 5)]
+    pq.write_table(table.slice(3), tmp_path / "undecodable.parquet")
+    with pytest.raises(SourceError, match=r"undecodable.parquet/000001: not a readable image"):
+        pack(tmp_path / "undecodable.parquet", tmp_path / "c.fl", progress=False)
+
+
+def test_a_wrong_or_missing_column_is_named(made, tmp_path):
+    table = _table(made[1][:3])
+    path = tmp_path / "t.parquet"
+    pq.write_table(table.append_column("when", pa.array([1, 2, 3], pa.timestamp("s"))), path)
+    with pytest.raises(SourceError, match=r"t.parquet: column 'when' holds timestamp\[m?s\].*--columns"):
+        pack(path, tmp_path / "a.fl", progress=False)
+    assert pack(path, tmp_path / "b.fl", progress=False, columns=["caption"]).num_records == 3
+    with pytest.raises(SourceError, match=r"no image column 'photo' \(columns: jpg, label"):
+        pack(path, tmp_path / "c.fl", progress=False, image_column="photo", columns=[])
+    with pytest.raises(SourceError, match=r"image column 'caption' holds string, not image bytes"):
+        pack(path, tmp_path / "d.fl", progress=False, image_column="caption", columns=[])
+    with pytest.raises(SourceError, match=r"label column 'score' holds double"):
+        pack(path, tmp_path / "e.fl", progress=False, label_column="score", columns=[])
+    pq.write_table(table.drop_columns(["jpg"]), tmp_path / "none.parquet")
+    with pytest.raises(SourceError, match=r"none.parquet: no column holds image bytes.*--image-column"):
+        pack(tmp_path / "none.parquet", tmp_path / "f.fl", progress=False)
+    pq.write_table(table.append_column("png", table.column("jpg")), tmp_path / "two.parquet")
+    with pytest.raises(SourceError, match=r"two.parquet: 2 columns hold bytes \(jpg, png\)"):
+        pack(tmp_path / "two.parquet", tmp_path / "g.fl", progress=False)
+
+
+def test_the_cli_packs_a_table_with_its_columns_named(made, tmp_path, cli):
+    root = made[0]
+    done = cli("pack", root / "t.parquet", "-o", tmp_path / "t.fl", "--image-column", "jpg",
+               "--label-column", "label", "--columns", "caption,n")
+    assert done.rc == 0, done.err
+    ds = fastload.PackedDataset(tmp_path / "t.fl")
+    assert ds.manifest.fields == {"caption": "str", "n": "int64"} and ds.record(4)["n"] == 28
+    done = cli("pack", root / "t.parquet", "-o", tmp_path / "x.fl", "--image-column", "photo")
+    assert done.rc == 2 and "no image column 'photo'" in done.err
