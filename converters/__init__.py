@@ -1,6 +1,8 @@
-"""Write side: pack a folder or file list of small files into fastload shards plus a manifest."""
+"""Write side: pack a folder or file list of small files, or write samples from Python, into
+fastload shards plus a manifest."""
 
 from fastload.converters.packing.loop import default_out, pack
 from fastload.converters.packing.report import PackReport
+from fastload.converters.sources.writer import Writer
 
-__all__ = ["PackReport", "default_out", "pack"]
+__all__ = ["PackReport", "Writer", "default_out", "pack"]

@@ -20,8 +20,10 @@ from fastload.format.layout import FILE_COLUMNS, array_type
 
 
 def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[str, Any]],
-             options: dict[str, Any], exts: tuple[str, ...], plan: str) -> PackReport:
-    """Index columns, skipped report, then the manifest, written last."""
+             options: dict[str, Any], exts: tuple[str, ...], plan: str,
+             extra: dict[str, Any] | None = None) -> PackReport:
+    """Index columns, skipped report, then the manifest, written last; ``extra``: more of the
+    manifest's ``packed`` facts (the Python writer's image encoder)."""
     skipped = list(listing.skipped) + [Skip(rel, reason) for r in records for rel, reason in r["skips"]]
     kept_as_is = [Skip(rel, reason) for r in records for rel, reason in r.get("kept_as_is", [])]
     items = np.array([i for r in records for i in r["items"]], dtype=np.int64)
@@ -81,7 +83,7 @@ def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[s
                 "restart_markers": ({"kept_as_is": len(kept_as_is)} if options["restart_markers"]
                                     else None),
                 "skipped": len(skipped), "skipped_report": SKIPPED_REPORT_NAME if report_path else None,
-                "ignored": dict(listing.ignored), "plan": plan},
+                "ignored": dict(listing.ignored), "plan": plan, **(extra or {})},
     )
     write_manifest(out, manifest)
     shutil.rmtree(out / PACK_STATE_DIR, ignore_errors=True)

@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "pack": "fastload.converters.packing.loop",  # the write side, from the repository's converters/ folder
     "PackReport": "fastload.converters.packing.report",
+    "Writer": "fastload.converters.sources.writer",
     "PackedDataset": "fastload.dataset",
     "DataLoader": "fastload.loading.loader",
     "LoaderSettings": "fastload.loading.settings",
@@ -40,5 +41,5 @@ __all__ = [
     "BucketNotFound", "CacheWarning", "CorruptRecordError", "DataLoader", "DatasetNotFoundError", "FastloadError", "LoaderSettings",
     "ManifestError", "MissingDependencyError", "PackError", "PackedDataset", "RemoteAccessDenied", "RemoteNotFound",
     "RemoteReadError", "SkippedRecordWarning", "SourceError", "SourceNotFoundError", "VerifyReport", "__version__",
-    "PackReport", "describe", "pack", "tune", "verify",
+    "PackReport", "Writer", "describe", "pack", "tune", "verify",
 ]

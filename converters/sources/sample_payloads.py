@@ -1,0 +1,101 @@
+"""Python writer, sample side: a checked sample's image and file fields turned into the bytes its
+record stores, each checked as a pack checks a file.
+
+Stored as given: encoded bytes, and a path's file bytes. Encoded here: a PIL image or an HWC uint8
+array given as the image (PNG, lossless, unless the writer's JPEG ``quality`` is set), a 2-D
+uint8/uint16 array or PIL image given as a mask (a one-channel PNG: class ids kept bit-exact), any
+other NumPy array in a file field (``.npy``, no pickle).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass, field
+from pathlib import PurePath
+from typing import Any
+
+import numpy as np
+from fastload.converters.packing.checks import InvalidFile, check_image
+from fastload.converters.packing.headers import JPEG_SOI
+from fastload.converters.sources.file_fields import FileFacts, check_file
+from fastload.converters.sources.samples import BadSample, Checked, is_pil
+
+from fastload.format.files import read_regular
+from fastload.format.layout import record_checksum
+
+
+@dataclass
+class Payloads:
+    """A checked sample's record: the image's bytes and header, each file field's bytes."""
+
+    data: bytes
+    width: int
+    height: int
+    checksum: int
+    encoded: bool  # the image was encoded here (not stored as given)
+    files: list[tuple[bytes, int, FileFacts]] = field(default_factory=list)
+
+
+
+def to_payloads(checked: Checked, file_types: dict[str, str], quality: int | None, *, decode: bool,
+                max_pixels: int, max_file_size: int) -> Payloads:
+    """Encode (or read) and check a sample's image and file fields; BadSample naming the field."""
+    raw = checked.inputs["image"]
+    data = _bytes("image", "image", raw, quality, max_file_size)
+    try:
+        header = check_image(data, decode=decode, max_pixels=max_pixels)
+    except InvalidFile as exc:
+        raise BadSample(f"its image: {exc.reason}") from None
+    out = Payloads(data, header.width, header.height, record_checksum(data), not isinstance(raw, (bytes, PurePath)))
+    for name, kind in file_types.items():
+        payload = _bytes(name, kind, checked.inputs[name], None, max_file_size)
+        rel = f"{name}.jpg" if payload.startswith(JPEG_SOI) else f"{name}.npy" if kind == "npy" else f"{name}.png"
+        try:
+            facts = check_file(payload, rel, kind, header.width, header.height, max_pixels, decode)
+        except InvalidFile as exc:
+            raise BadSample(f"field {name!r} ({kind}): {exc.reason}") from None
+        out.files.append((payload, record_checksum(payload), facts))
+    return out
+
+
+def _bytes(name: str, kind: str, value: Any, quality: int | None, max_file_size: int) -> bytes:
+    """What a file field stores for ``value``: bytes as given, a path's bytes, or an encoding."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, PurePath):
+        try:
+            return read_regular(value, max_file_size)
+        except OSError as exc:
+            raise BadSample(f"field {name!r}: {os.fsdecode(value)} cannot be read ({exc.strerror or exc})") from None
+    if kind == "npy":
+        if value.dtype.hasobject:
+            raise BadSample(f"field {name!r} is an array of Python objects; .npy fields hold numbers (no pickle)")
+        buffer = io.BytesIO()
+        np.save(buffer, value, allow_pickle=False)
+        return buffer.getvalue()
+    image = value if is_pil(value) else _from_array(name, kind, value)
+    buffer = io.BytesIO()
+    try:
+        if quality is not None and kind == "image":
+            image.convert("RGB" if image.mode not in ("RGB", "L") else image.mode).save(buffer, "JPEG", quality=quality)
+        else:
+            image.save(buffer, "PNG")
+    except (OSError, ValueError) as exc:
+        raise BadSample(f"field {name!r}: a {image.mode} image cannot be encoded ({exc}); give RGB or L") from None
+    return buffer.getvalue()
+
+
+def _from_array(name: str, kind: str, array: np.ndarray) -> Any:
+    from PIL import Image
+
+    if kind == "mask":
+        if array.ndim != 2 or array.dtype not in (np.uint8, np.uint16):
+            raise BadSample(f"field {name!r} is a {array.dtype} array of shape {array.shape}; a mask array is "
+                            "2-D uint8 or uint16 (class ids)")
+        return Image.fromarray(np.ascontiguousarray(array))  # uint8: "L", uint16: "I;16"
+    if array.dtype != np.uint8 or not (array.ndim == 2 or (array.ndim == 3 and array.shape[2] in (1, 3, 4))):
+        raise BadSample(f"field {name!r} is a {array.dtype} array of shape {array.shape}; an image array is "
+                        "HWC uint8 (H x W, H x W x 1, 3 or 4): convert it, or give encoded bytes")
+    array = array[:, :, 0] if array.ndim == 3 and array.shape[2] == 1 else array
+    return Image.fromarray(np.ascontiguousarray(array))

@@ -1,0 +1,234 @@
+"""Python writer: samples written from code (``fastload.Writer``) into shards behind the caller, then
+the index and the manifest by the same finalize as a pack.
+
+Output rules as ``pack``'s (converters.destination.out_dir): OUT is new, an unfinished pack (its
+working files are cleared: a writer does not resume) or, with ``overwrite``, a finished dataset,
+replaced only once the new one is complete. Until ``close`` writes the manifest, OUT holds no
+dataset: a writer that raises inside its ``with`` block, or is killed, leaves none, and an
+overwritten dataset stays as it was. To a store URL the dataset is written in a local staging
+folder, then uploaded as a pack's is (converters.destination.upload).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal, Self
+
+import xxhash
+from fastload.converters.destination.written import WrittenOut
+from fastload.converters.finalize import finalize
+from fastload.converters.packing.report import PackReport, write_error
+from fastload.converters.sources.items import Skip, SourceItem, SourceListing
+from fastload.converters.sources.sample_payloads import Payloads, to_payloads
+from fastload.converters.sources.samples import KEY, BadSample, Checked, Schema
+from fastload.converters.writers import WRITERS
+from fastload.converters.writers.behind import WriteBehind, WriteFailed
+
+from fastload.config import MAX_FILE_SIZE, MAX_PIXELS, available_cpus, parse_size
+from fastload.errors import PackError, SourceError
+from fastload.format import FORMAT_VERSION, PACK_STATE_DIR, StorageKind, shard_name
+from fastload.format.files import create_new
+from fastload.format.layout import FILE_COLUMNS
+from fastload.storage.location import is_remote, local_path
+from fastload.storage.remote import RemoteStore
+
+
+class Writer:
+    """Write samples from Python into a fastload dataset (docs/python-api.md: what each value becomes).
+
+    Args:
+        out: The dataset folder to create, or a store URL (``s3://bucket/train.fl``).
+        format: Shard storage, ``"lmdb"`` or ``"hdf5"``.
+        shard_size: Bytes per shard (``"256MB"``); a shard is cut before the record that would pass it.
+        overwrite: Replace a finished dataset at ``out``, once the new one is complete.
+        fields: Every field's type (``{"caption": "str", "boxes": "float64[*,4]", "seg": "mask"}``);
+            default: typed from the first sample.
+        classes: Class names: a label may then be given as a name.
+        quality: Encode PIL images and arrays given as the image as JPEG at this quality; default
+            PNG (lossless). Encoded bytes and paths are stored as given, whatever this is.
+        on_error: ``"fail"``: a bad sample raises SourceError naming it and its field; ``"skip"``:
+            it is left out, counted and listed in the report (``skipped.jsonl``).
+        check: ``"header"`` checks each image's structure; ``"decode"`` decodes every pixel too.
+        workers: Threads that encode and check samples (default: the CPUs, at most 8).
+    """
+
+    def __init__(self, out: str | os.PathLike[str], *, format: StorageKind = "lmdb", shard_size: str | int = "256MB",
+                 overwrite: bool = False, fields: Mapping[str, str] | None = None, classes: list[str] | None = None,
+                 quality: int | None = None, on_error: Literal["fail", "skip"] = "fail",
+                 check: Literal["header", "decode"] = "header", workers: int | None = None,
+                 max_pixels: int = MAX_PIXELS, max_file_size: str | int = MAX_FILE_SIZE,
+                 storage_options: dict[str, Any] | None = None, staging: str | os.PathLike[str] | None = None) -> None:
+        if format not in WRITERS:
+            raise ValueError(f"format={format!r}: choose one of {', '.join(WRITERS)}")
+        if on_error not in ("fail", "skip") or check not in ("header", "decode"):
+            raise ValueError(f"on_error={on_error!r}, check={check!r}: choose 'fail' or 'skip', 'header' or 'decode'")
+        if quality is not None and not 1 <= quality <= 100:
+            raise ValueError(f"quality={quality}: must be between 1 and 100 (or None: PNG, lossless)")
+        self.started = time.perf_counter()
+        self.storage, self.quality, self.on_error, self.overwrite = format, quality, on_error, overwrite
+        self.decode, self.max_pixels = check == "decode", max_pixels
+        self.shard_size = parse_size(shard_size, name="shard_size")
+        self.max_file_size = parse_size(max_file_size, name="max_file_size")
+        self.schema = Schema(fields, classes)
+        self.store = RemoteStore(str(out), storage_options) if is_remote(out) else None
+        self.out = Path(os.path.realpath(local_path(out))) if self.store is None else None
+        self.report: PackReport | None = None
+        self.written = WrittenOut(self.out, self.store, overwrite, staging)
+        self.folder = self.written.folder
+        self.items: list[SourceItem] = []
+        self.values: dict[str, list[Any]] = {}
+        self.skipped: list[Skip] = []
+        self.records: list[dict[str, Any]] = []
+        self.keys: set[str] = set()
+        self.encoded = self.count = self.filled = 0
+        self.behind = WriteBehind()
+        self.workers = workers or min(8, available_cpus())
+        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="fastload-writer")
+        self.pending: deque[tuple[Checked, Future[Payloads]]] = deque()
+        self.open = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is None:
+            self.close()
+        elif self.open:
+            self.abort()
+
+    def write(self, sample: Mapping[str, Any]) -> None:
+        """Add one sample (see the class docstring); it is encoded and written behind the caller."""
+        if not self.open:
+            raise PackError("this Writer is closed; open a new one to write more samples")
+        number, self.count = self.count, self.count + 1
+        try:
+            checked = self.schema.check(sample, number)
+            if checked.key in self.keys:
+                raise BadSample(f"{KEY} {checked.key!r} was given to an earlier sample; keys name one sample each")
+        except BadSample as exc:
+            key = sample.get(KEY, f"{number:08d}") if isinstance(sample, Mapping) else f"{number:08d}"
+            return self._bad(number, str(key), exc.reason)
+        self.keys.add(checked.key)
+        self.pending.append((checked, self.pool.submit(
+            to_payloads, checked, self.schema.file_types, self.quality, decode=self.decode,
+            max_pixels=self.max_pixels, max_file_size=self.max_file_size)))
+        while len(self.pending) > 4 * self.workers:
+            self._commit(*self.pending.popleft())
+
+    def _bad(self, number: int, key: str, reason: str) -> None:
+        if self.on_error == "fail":
+            raise SourceError(f"sample {number} (key {key!r}): {reason}; fix the sample, or pass on_error='skip'")
+        self.skipped.append(Skip(key, reason))
+
+    def _commit(self, checked: Checked, future: Future[Payloads]) -> None:
+        """Hand one sample's payloads to the shard writer thread, in the order they were written."""
+        try:
+            got = future.result()
+        except BadSample as exc:
+            self.keys.discard(checked.key)
+            return self._bad(checked.number, checked.key, exc.reason)
+        size = len(got.data) + sum(len(f[0]) for f in got.files)
+        if self.records and "entries" not in self.records[-1] and self.filled + size > self.shard_size:
+            self._end_shard()
+        if not self.records or "entries" in self.records[-1]:
+            self._start_shard()
+        record = self.records[-1]
+        self.behind.append(got.data)
+        offset = record["offset"]
+        for column, value in (("positions", record["position"]), ("offsets", offset), ("sizes", len(got.data)),
+                              ("checksums", got.checksum), ("widths", got.width), ("heights", got.height),
+                              ("items", len(self.items))):
+            record[column].append(value)
+        offset, position = offset + len(got.data), record["position"] + 1
+        for name, (data, checksum, facts) in zip(self.schema.file_types, got.files):
+            self.behind.append(data)  # right after its record's image, as a pack stores them
+            for part, value in zip(FILE_COLUMNS, (position, offset, len(data), checksum, facts.width, facts.height)):
+                record["files"][name][part + "s"].append(value)
+            offset, position = offset + len(data), position + 1
+        record["offset"], record["position"] = offset, position
+        self.filled += size
+        self.encoded += got.encoded
+        self.items.append(SourceItem(Path(checked.key), checked.key, checked.label, size, 0))
+        for name, value in checked.values.items():
+            self.values.setdefault(name, []).append(value)
+
+    def _start_shard(self) -> None:
+        name = shard_name(self.storage, len(self.records))
+        final, tmp = self.folder / name, self.folder / PACK_STATE_DIR / (name + ".tmp")
+        record: dict[str, Any] = {"file": name, "skips": [], "offset": 0, "position": 0,
+                                  "files": {f: {part + "s": [] for part in FILE_COLUMNS} for f in self.schema.file_types},
+                                  **{column: [] for column in ("items", "sizes", "offsets", "checksums", "widths",
+                                                               "heights", "positions")}}
+        self.records.append(record)
+        self.filled = 0
+
+        def done(file_bytes: int, data_offset: int) -> None:
+            record["bytes"], record["data_offset"] = file_bytes, data_offset
+            os.replace(tmp, final)
+
+        def make() -> Any:
+            os.close(create_new(tmp))
+            return WRITERS[self.storage](tmp, self.shard_size)
+
+        self.behind.start_shard(name, make, done, lambda: tmp.unlink(missing_ok=True))
+
+    def _end_shard(self) -> None:
+        self.records[-1]["entries"] = self.records[-1]["position"]
+        self.behind.end_shard()
+
+    def close(self) -> PackReport:
+        """Write what is pending, then the index and the manifest (last); returns the report."""
+        if not self.open:
+            raise PackError("this Writer is closed already")
+        try:
+            while self.pending:
+                self._commit(*self.pending.popleft())
+            if not self.items:
+                first = f" (first: {self.skipped[0].rel}: {self.skipped[0].reason})" if self.skipped else ""
+                raise PackError(f"{self.written.where}: no sample was written, {len(self.skipped)} "
+                                f"skipped{first}; a dataset needs at least one")
+            self._end_shard()
+            self.behind.close()
+            report = self._finish()
+        except WriteFailed as failed:
+            self.abort()
+            raise PackError(write_error(self.folder, failed.shard, failed.cause)) from None
+        except BaseException:
+            self.abort()
+            raise
+        self.open = False
+        self.pool.shutdown()
+        report.elapsed_s = time.perf_counter() - self.started
+        self.report = report
+        return report
+
+    def _finish(self) -> PackReport:
+        listing = SourceListing(root=Path("fastload.Writer"), layout="writer", items=self.items,
+                                classes=self.schema.classes, fields=self.schema.index_types,
+                                field_values=self.values, file_fields=self.schema.file_types,
+                                skipped=self.skipped, images=True)
+        digest = xxhash.xxh3_128(json.dumps([FORMAT_VERSION, self.storage, self.schema.types]).encode())
+        for record in self.records:
+            digest.update(b"".join(c.to_bytes(8, "little") for c in record["checksums"]))
+        encoder = {"format": "JPEG", "quality": self.quality} if self.quality else {"format": "PNG", "lossless": True}
+        options = {"reencode": None, "check": "decode" if self.decode else "header", "shard_size": self.shard_size,
+                   "restart_markers": False}
+        try:
+            report = finalize(self.folder, self.storage, listing, self.records, options, (), digest.hexdigest(),
+                              extra={"encoded": {**encoder, "images": self.encoded}})
+        except OSError as exc:
+            raise PackError(write_error(self.folder, "the index and manifest", exc)) from None
+        return self.written.publish(report, digest.hexdigest())
+
+    def abort(self) -> None:
+        """Stop without a dataset: the shards written so far are deleted; an overwritten dataset stays."""
+        self.open = False
+        self.behind.cancel(finish_queued=False)
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.written.give_up()
