@@ -1,0 +1,22 @@
+"""The Python writer to an object store: staged locally, uploaded as a pack's, read back from the URL."""
+
+from __future__ import annotations
+
+import pytest
+
+import fastload
+from fastload.errors import PackError
+from tests.conftest import make_jpeg
+
+
+def test_a_writer_to_a_store_url_is_readable_there_and_refuses_to_replace_without_overwrite(
+        tmp_path, s3_server, s3_bucket):
+    url, options = f"s3://{s3_bucket}/written.fl", s3_server.storage_options()
+    with fastload.Writer(url, storage_options=options, staging=tmp_path / "staging", shard_size="2KB") as w:
+        for k in range(6):
+            w.write({"image": make_jpeg(16, 16, seed=k), "label": k % 2, "caption": f"c{k}"})
+    assert w.report.num_records == 6 and not (tmp_path / "staging").exists()
+    ds = fastload.PackedDataset(url, storage_options=options, cache_limit=0)
+    assert [ds.record(k)["data"] for k in range(6)] == [make_jpeg(16, 16, seed=k) for k in range(6)]
+    with pytest.raises(PackError, match="already holds a finished dataset"):
+        fastload.Writer(url, storage_options=options, staging=tmp_path / "staging")
