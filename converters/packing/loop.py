@@ -20,12 +20,15 @@ from fastload.converters.destination.out_dir import (
 )
 from fastload.converters.finalize import finalize
 from fastload.converters.packing.packer import Packer
+from fastload.converters.packing.dataset_pack import DatasetPackJob
+from fastload.converters.packing.dataset_reads import default_dataset_workers
 from fastload.converters.packing.plan import ShardPlan, plan_digest, plan_shards
 from fastload.converters.packing.report import PackReport, already_packed, write_error
 from fastload.converters.packing.restarts import check_available
 from fastload.converters.sources.items import Layout, SourceListing, normalize_extensions
 from fastload.converters.sources.listing import list_to_pack
 from fastload.converters.writers import WRITERS
+from fastload.converters.sources.torch_dataset import is_sequence_source
 
 from fastload.config import MAX_FILE_SIZE, MAX_PIXELS, available_cpus, parse_size
 from fastload.decode.images import pixel_limit
@@ -137,14 +140,24 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
 
 def _pack_object(src: Any, out: str | os.PathLike[str], table: dict[str, Any], started: float, *,
                  overwrite: bool, progress: bool | None, **checked: Any) -> PackReport:
-    """Pack an in-memory dataset (a ``datasets.Dataset``) to a local folder."""
+    """Pack an in-memory dataset (a ``datasets.Dataset``, or a map-style torch Dataset or sequence of
+    samples: converters.packing.dataset_pack) to a local folder."""
     if is_remote(out):
         raise ValueError(f"{out}: an in-memory dataset is packed to a local folder; upload that folder after")
     options = _check_options(**checked)
-    listing = list_to_pack(src, None, None, layout="auto", extensions=IMAGE_EXTENSIONS, on_error=checked["on_error"],
-                           options=options, sidecars=False, file_columns=(), table=table)
     out_path = Path(os.path.realpath(local_path(out)))
-    report = _pack_local(_job(listing, options, IMAGE_EXTENSIONS, progress, None), out_path, overwrite)
+    if is_sequence_source(src):
+        if any(v is not None for v in table.values()):
+            raise ValueError("image_column=, label_column= and columns= are for tables; a dataset's items name "
+                             "their fields ({'image': ..., 'label': ...})")
+        with DatasetPackJob(src, {**options, "workers": checked["workers"] or default_dataset_workers()},
+                            progress, overwrite) as job:
+            report = _pack_local(job, out_path, overwrite)
+    else:
+        listing = list_to_pack(src, None, None, layout="auto", extensions=IMAGE_EXTENSIONS,
+                               on_error=checked["on_error"], options=options, sidecars=False, file_columns=(),
+                               table=table)
+        report = _pack_local(_job(listing, options, IMAGE_EXTENSIONS, progress, None), out_path, overwrite)
     report.elapsed_s = time.perf_counter() - started
     return report
 
@@ -192,14 +205,13 @@ class _PackJob:
         return report
 
 
-def _pack_local(job: _PackJob, out_path: Path, overwrite: bool) -> PackReport:
-    plans = job.plans
-    folder = _check_replaceable(inspect_out(out_path), plans, overwrite)
+def _pack_local(job: _PackJob | DatasetPackJob, out_path: Path, overwrite: bool) -> PackReport:
+    folder = _check_replaceable(inspect_out(out_path), job, overwrite)
     if folder.state == "new":
         prepare_out(out_path)
     with PackLock(out_path) as out_lock:
-        folder = _check_replaceable(inspect_out(out_path), plans, overwrite)  # again, under the lock
-        if folder.state == "dataset" and folder.manifest is not None and _same_pack(folder.manifest, plans):
+        folder = _check_replaceable(inspect_out(out_path), job, overwrite)  # again, under the lock
+        if folder.state == "dataset" and folder.manifest is not None and job.same_pack(folder.manifest):
             return already_packed(out_path, folder.manifest)
         if folder.state != "dataset":
             report = job.pack_into(out_path)
@@ -218,9 +230,9 @@ def _pack_local(job: _PackJob, out_path: Path, overwrite: bool) -> PackReport:
     return report
 
 
-def _check_replaceable(folder: OutFolder, plans: list[ShardPlan], overwrite: bool) -> OutFolder:
+def _check_replaceable(folder: OutFolder, job: _PackJob | DatasetPackJob, overwrite: bool) -> OutFolder:
     """A finished dataset at OUT is replaced only with ``overwrite`` and when it holds nothing else."""
-    if folder.state != "dataset" or folder.manifest is None or _same_pack(folder.manifest, plans):
+    if folder.state != "dataset" or folder.manifest is None or job.same_pack(folder.manifest):
         return folder
     if not overwrite:
         raise PackError(f"{folder.path}: already holds a finished dataset (packed from "

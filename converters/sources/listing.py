@@ -104,6 +104,10 @@ def _list_table(src: object, src_path: Path | None, extensions: tuple[str, ...],
         raise SourceError(f"{where}: --extensions chooses files; a table's image is a column: name it with "
                           "--image-column")
     if src_path is None:
+        if not is_dataset(src) and not isinstance(src, str):
+            raise SourceError(f"a {type(src).__name__} is not a source fastload packs: give a path or URL, a "
+                              "datasets.Dataset, or a map-style dataset (len and [i]; an iterable one: write its "
+                              "samples with fastload.Writer)")
         if not is_dataset(src):
             raise SourceError(f"{src}: tables in an object store are not read in place yet; copy them to a local "
                               "folder first")
