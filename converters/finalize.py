@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from fastload.converters.destination.append import AppendBase
 from fastload.converters.packing.report import PackReport, write_skipped_report
 from fastload.converters.sources.items import Skip
 from fastload.errors import PackError
@@ -21,18 +22,23 @@ from fastload.format.layout import FILE_COLUMNS, array_type
 
 def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[str, Any]],
              options: dict[str, Any], exts: tuple[str, ...], plan: str,
-             extra: dict[str, Any] | None = None) -> PackReport:
+             extra: dict[str, Any] | None = None, base: AppendBase | None = None) -> PackReport:
     """Index columns, skipped report, then the manifest, written last; ``extra``: more of the
-    manifest's ``packed`` facts (the Python writer's image encoder)."""
+    manifest's ``packed`` facts (the Python writer's image encoder); ``base``: the dataset the
+    records are appended to (its columns first, its shards kept, the next version)."""
     skipped = list(listing.skipped) + [Skip(rel, reason) for r in records for rel, reason in r["skips"]]
     kept_as_is = [Skip(rel, reason) for r in records for rel, reason in r.get("kept_as_is", [])]
     items = np.array([i for r in records for i in r["items"]], dtype=np.int64)
     if len(items) == 0:
         raise PackError(f"{listing.root}: no file could be packed ({len(skipped)} skipped: first "
                         f"{skipped[0].rel if skipped else '?'}: {skipped[0].reason if skipped else '?'})")
-    shard_col = np.concatenate([np.full(len(r["items"]), k, dtype=np.int32) for k, r in enumerate(records)])
+    first = base.first_shard if base is not None else 0
+    shard_col = np.concatenate([np.full(len(r["items"]), first + k, dtype=np.int32) for k, r in enumerate(records)])
+    classes, labels = listing.classes, np.array([listing.items[i].label for i in items], dtype=np.int64)
+    if base is not None:  # new class names after the dataset's: its labels keep their meaning
+        classes, labels = base.labels(classes, labels)
     columns: dict[str, np.ndarray] = {
-        "label": np.array([listing.items[i].label for i in items], dtype=np.int64),
+        "label": labels,
         "shard": shard_col,
         "position": np.concatenate([np.array(r.get("positions", range(len(r["items"]))), dtype=np.int64)
                                     for r in records]),
@@ -56,7 +62,8 @@ def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[s
         for part, dtype in FILE_COLUMNS.items():
             columns[f"{FIELD_PREFIX}{name}.{part}"] = np.array(
                 [v for r in records for v in r["files"][name][part + "s"]], dtype=dtype)
-    index = write_columns(out, columns)
+    index = (write_columns(out, columns) if base is None else
+             write_columns(out, base.merge(columns), base.index_dir))
     shards, first = [], 0
     for r in records:
         n = len(r["items"])
@@ -68,13 +75,13 @@ def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[s
                                 data_bytes=sum(r["sizes"]) + files_bytes, records_digest=file_digest(b"".join(checksums)),
                                 data_offset=r["data_offset"], num_entries=r.get("entries", n)))
         first += n
-    report_path = write_skipped_report(out, skipped)
+    report_path = write_skipped_report(out, skipped) if base is None else base.skipped_report(skipped)
     is_images = all(listing.is_image(listing.items[i]) for i in items)
     from fastload import __version__
 
     manifest = Manifest(
         storage=storage, num_records=len(items), total_bytes=sum(shard.data_bytes for shard in shards),
-        kind="images" if is_images else "files", classes=listing.classes, shards=shards, index=index,
+        kind="images" if is_images else "files", classes=classes, shards=shards, index=index,
         fields={**listing.fields, **listing.file_fields},
         packed={"source": str(listing.root), "layout": listing.layout,
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -85,12 +92,15 @@ def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[s
                 "skipped": len(skipped), "skipped_report": SKIPPED_REPORT_NAME if report_path else None,
                 "ignored": dict(listing.ignored), "plan": plan, **(extra or {})},
     )
-    write_manifest(out, manifest)
+    if base is not None:
+        manifest = base.appended(manifest, len(skipped))
+        base.keep_previous()
+    write_manifest(out, manifest)  # an append: version N+1 replaces N here, in one rename
     shutil.rmtree(out / PACK_STATE_DIR, ignore_errors=True)
-    return PackReport(out=out, storage=storage, num_records=manifest.num_records,
-                      total_bytes=manifest.total_bytes, num_shards=len(shards), skipped=len(skipped),
-                      skipped_files=skipped, skipped_report=report_path, ignored=dict(listing.ignored),
-                      kept_as_is=kept_as_is)
+    return PackReport(out=out, storage=storage, num_records=len(items),
+                      total_bytes=sum(shard.data_bytes for shard in shards), num_shards=len(shards),
+                      skipped=len(skipped), skipped_files=skipped, skipped_report=report_path,
+                      ignored=dict(listing.ignored), kept_as_is=kept_as_is, version=manifest.version)
 
 
 def _add_strings(columns: dict[str, np.ndarray], name: str, values: list[str]) -> None:

@@ -33,7 +33,9 @@ from fastload.format import (
 )
 from fastload.format.files import create_new, ensure_dir, read_regular, remove_entry, write_new
 from fastload.format.folder import PACK_WORK_NAMES, WRITE_PROBE, in_pack_state, left_by_a_pack
-from fastload.format.layout import PACK_OWNER_NAME, STAGING_MARKER_NAME, split_generation
+from fastload.format.layout import (
+    PACK_OWNER_NAME, STAGING_MARKER_NAME, VERSIONS_DIR, split_generation, version_dir,
+)
 
 _MADE_BY = "fastload pack"  # the owner file's and the staging marker's "made_by"
 
@@ -90,8 +92,12 @@ def inspect_out(out: Path) -> OutFolder:
 def dataset_entries(manifest: Manifest) -> set[str]:
     """Every path (relative to the dataset folder) that ``manifest`` makes part of the dataset."""
     generation = split_generation(manifest.shards[0].file)[0] if manifest.shards else ""  # a store's pack folder
-    return ({MANIFEST_NAME, generation + INDEX_DIR, generation + SKIPPED_REPORT_NAME}
-            | {s.file for s in manifest.shards} | {entry.file for entry in manifest.index.values()})
+    entries = ({MANIFEST_NAME, generation + INDEX_DIR, generation + SKIPPED_REPORT_NAME}
+               | {s.file for s in manifest.shards} | {entry.file for entry in manifest.index.values()})
+    if manifest.version > 1:  # appended to: every earlier version's index (the same columns) and manifest
+        entries |= {VERSIONS_DIR} | {f"{INDEX_DIR}/{column}.npy" for column in manifest.index}
+        entries |= {f"{INDEX_DIR}/{version_dir(v)}" for v in range(2, manifest.version + 1)}
+    return entries
 
 
 def _unfinished_entry(out: Path, name: str) -> bool:
@@ -173,7 +179,10 @@ def remove_dataset(folder: Path, manifest: Manifest) -> None:
     (from then on the folder is no dataset); the folder itself goes if nothing else is left."""
     remove_entry(folder / MANIFEST_NAME)
     for rel in sorted(dataset_entries(manifest) - {MANIFEST_NAME, INDEX_DIR}):
-        remove_entry(folder / rel)
+        if os.path.isdir(folder / rel) and not os.path.islink(folder / rel):
+            _remove_work_dir(folder / rel)  # a version's index folder, or versions/: fastload's files only
+        else:
+            remove_entry(folder / rel)
     work_dirs = (PACK_STATE_DIR, INDEX_DIR)
     for name in sorted(PACK_WORK_NAMES.difference(work_dirs)):
         remove_entry(folder / name)

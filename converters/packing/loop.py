@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from fastload.converters.destination.append import AppendBase, pack_append, storage_for_append
 from fastload.converters.destination.out_dir import (
     OutFolder,
     PackLock,
@@ -56,9 +57,9 @@ def default_workers() -> int:
 
 
 def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None = None, *,
-         format: StorageKind = "lmdb", shard_size: str | int = "256MB", workers: int | None = None,
+         format: StorageKind | None = None, shard_size: str | int = "256MB", workers: int | None = None,
          extensions: list[str] | None = None, on_error: OnError = "fail", max_side: int | None = None,
-         quality: int | None = None, overwrite: bool = False, progress: bool | None = None,
+         quality: int | None = None, overwrite: bool = False, append: bool = False, progress: bool | None = None,
          layout: Layout = "auto", check: Literal["header", "decode"] = "header",
          max_pixels: int = MAX_PIXELS, restart_markers: bool = False,
          max_file_size: str | int = MAX_FILE_SIZE, storage_options: dict[str, Any] | None = None,
@@ -72,7 +73,8 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
     Returns a PackReport (``already_packed`` when OUT holds this exact pack). Raises SourceError /
     SourceNotFoundError for a bad source or file (with ``on_error="fail"``) and PackError when
     the output cannot be written. With ``overwrite`` a finished dataset at OUT is replaced only
-    once the new one is complete (see converters.destination.out_dir).
+    once the new one is complete (see converters.destination.out_dir); with ``append`` SRC's records
+    are added to it as its next version, in its storage kind (see converters.destination.append).
 
     SRC and OUT may be object-store URLs (``s3://bucket/images/``), reached with
     ``storage_options``; a pack to a store is written in the local ``staging`` folder and each
@@ -98,6 +100,7 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
     if not isinstance(src, (str, os.PathLike)):  # an in-memory dataset: no path to put OUT beside
         if out is None:
             raise ValueError(f"an in-memory {type(src).__name__} as SRC needs out= (the dataset folder to write)")
+    format = storage_for_append(src, out, format, overwrite) if append else format or "lmdb"  # type: ignore[assignment]
         given = {"extensions": extensions, "layout": layout != "auto", "storage_options": storage_options,
                  "staging": staging, "sidecars": sidecars, "file_columns": file_columns, "root": root,
                  "allow_outside_root": allow_outside_root, "sidecar_names": sidecar_names}
@@ -133,7 +136,7 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
 
         report = pack_to_store(job, RemoteStore(str(out), storage_options), staging, overwrite)
     else:
-        report = _pack_local(job, out_path, overwrite)
+        report = pack_append(job, out_path) if append else _pack_local(job, out_path, overwrite)
     report.elapsed_s = time.perf_counter() - started
     return report
 
@@ -193,12 +196,13 @@ class _PackJob:
         """Write the shards that are not finished yet, then the index and the manifest, into ``out``;
         ``on_shard(path)`` is called with each finished shard file (kept ones first)."""
         writer = Packer(self.listing.items, out, self.options["storage"], self.options, self.progress,
+    base: AppendBase | None = None  # an append's: the dataset at OUT the records are added to
                         self.src_store, on_shard, file_types=dict(self.listing.file_fields),
                         reader=self.listing.reader, images=self.listing.images)
         shard_records = writer.run(self.plans)
         try:
             report = finalize(out, self.options["storage"], self.listing, shard_records, self.options,
-                              self.exts, plan_digest(self.plans))
+                              self.exts, plan_digest(self.plans), base=self.base)
         except OSError as exc:  # the finished shards stay: the same command resumes from them
             raise PackError(write_error(out, "the index and manifest", exc)) from None
         report.resumed_shards = writer.resumed

@@ -65,8 +65,10 @@ class Packer:
                 if done is not None:
                     self.on_shard(self.out / shard_name(self.storage, plan.number))
         names = {shard_name(self.storage, plan.number) for plan in plans}
+        first = plans[0].number if plans else 0  # an append's: the shards below are the dataset's
         for extra in self.out.iterdir():  # shards of an older, longer plan or another storage kind
-            if SHARD_NAME.match(extra.name) and extra.name not in names:
+            found = SHARD_NAME.match(extra.name)
+            if found and int(found.group(1)) >= first and extra.name not in names:
                 remove_entry(extra)
         total = sum(self.items[i].total_size for p in todo for i in range(p.start, p.end))
         indices = [i for plan in todo for i in range(plan.start, plan.end)]
@@ -77,8 +79,8 @@ class Packer:
             loaded = self.examiner.loaded(pool, indices)
             try:
                 for plan in todo:
-                    records[plan.number] = self._write_shard(plan, loaded, behind, bar,
-                                                             check_interrupt)
+                    records[plan.number - first] = self._write_shard(plan, loaded, behind, bar,
+                                                                     check_interrupt)
                 behind.close(while_waiting=check_interrupt)  # up to 64 MB still to write
             except WriteFailed as failed:
                 what = (f"the resume journal entry for {failed.shard} in {PACK_STATE_DIR}/"

@@ -36,6 +36,8 @@ class PackReport:
     """JPEGs that ``restart_markers=True`` could not rewrite, packed byte for byte, with why."""
     already_packed: bool = False
     """OUT already held this exact pack (same files, sizes, times and options): nothing was written."""
+    version: int = 1
+    """The dataset's version the pack made (or found): 1, and one more with each append."""
 
     @property
     def mb_per_s(self) -> float:
@@ -45,8 +47,10 @@ class PackReport:
         if self.already_packed:
             return (f"already packed: {self.out} holds this exact pack ({self.num_records} records, "
                     f"{_count(self.num_shards, 'shard')}, {self.skipped} skipped); nothing to do")
-        parts = [f"packed {self.num_records} records ({format_size(self.total_bytes)}) into "
-                 f"{self.num_shards} {self.storage} shard{'s' if self.num_shards != 1 else ''} at {self.out}",
+        shards = f"{self.num_shards} {self.storage} shard{'s' if self.num_shards != 1 else ''}"
+        parts = [f"packed {self.num_records} records ({format_size(self.total_bytes)}) into {shards} at {self.out}"
+                 if self.version == 1 else f"appended {self.num_records} records ({format_size(self.total_bytes)}) "
+                 f"in {shards} to {self.out}, now version {self.version}",
                  f"skipped {self.skipped}", f"{self.elapsed_s:.1f}s", f"{self.mb_per_s:.0f} MB/s"]
         if self.resumed_shards:
             parts.append(f"resumed: kept {_count(self.resumed_shards, 'finished shard')}")
@@ -67,7 +71,8 @@ def already_packed(out: Path | str, manifest: Manifest) -> PackReport:
     skipped = manifest.packed.get("skipped", 0)
     return PackReport(out=out, storage=manifest.storage, num_records=manifest.num_records,
                       total_bytes=manifest.total_bytes, num_shards=len(manifest.shards),
-                      skipped=skipped if isinstance(skipped, int) else 0, already_packed=True)
+                      skipped=skipped if isinstance(skipped, int) else 0, already_packed=True,
+                      version=manifest.version)
 
 
 def _count(n: int, noun: str) -> str:

@@ -31,15 +31,17 @@ def encode_strings(values: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     return offsets, blob
 
 
-def write_columns(dataset_dir: Path, columns: dict[str, np.ndarray]) -> dict[str, IndexFile]:
-    """Write each column to ``index/<name>.npy`` (fsynced) and return manifest entries with digests."""
+def write_columns(dataset_dir: Path, columns: dict[str, np.ndarray], folder: str = INDEX_DIR) -> dict[str, IndexFile]:
+    """Write each column to ``index/<name>.npy`` (an appended version's: ``index/v00002/<name>.npy``),
+    fsynced, and return manifest entries with digests."""
     ensure_dir(dataset_dir / INDEX_DIR)
+    ensure_dir(dataset_dir / folder)
     entries = {}
     for name, array in columns.items():
         buf = io.BytesIO()
         np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
         data = buf.getvalue()
-        rel = f"{INDEX_DIR}/{name}.npy"
+        rel = f"{folder}/{name}.npy"
         write_atomically(dataset_dir / rel, data)
         entries[name] = IndexFile(file=rel, dtype=str(array.dtype), digest=file_digest(data))
     return entries

@@ -23,6 +23,12 @@ PACK_OWNER_NAME = "owner.json"  # in PACK_STATE_DIR: written first, the proof th
 # a replacement never writes over an object the published manifest lists.
 STORE_LEASE_NAME = ".fastload-pack.lease"
 GENERATION_DIR = re.compile(r"^gen-[0-9a-f]{16}$")
+# An append (``pack --append``) makes a new version of a dataset: its index goes in a folder of its
+# own, ``index/v00002/``, never over an earlier version's files, and each earlier version's
+# manifest is kept in VERSIONS_DIR (``versions/v00001.json``), so a reader opened before an append
+# (and its workers) keep reading the version it opened. Version 1's index is ``index/*.npy``.
+VERSIONS_DIR = "versions"
+VERSION_DIR = re.compile(r"^v(\d{5,})$")
 
 # Files packed as images (decoded by the image pipeline); other files are packed as bytes.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
@@ -139,6 +145,16 @@ def split_generation(name: str) -> tuple[str, str]:
 def shard_name(storage: StorageKind, number: int) -> str:
     """File name of shard ``number``: ``shard-00007.lmdb`` or ``shard-00007.h5``."""
     return f"shard-{number:05d}{SHARD_SUFFIX[storage]}"
+def version_dir(version: int) -> str:
+    """``v00002``: the folder (under INDEX_DIR) of version ``version``'s index, from version 2 on."""
+    return f"v{version:05d}"
+
+
+def version_manifest_name(version: int) -> str:
+    """``versions/v00001.json``: where an earlier version's manifest is kept once a newer one is published."""
+    return f"{VERSIONS_DIR}/{version_dir(version)}.json"
+
+
 
 
 def lmdb_key(position: int) -> bytes:

@@ -63,6 +63,7 @@ class Manifest:
     fields: dict[str, str]  # extra per-record field name → dtype
     packed: dict[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    version: int = 1  # the dataset's version: 1 when packed, one more with each append
 
     def to_json(self) -> str:
         body = {"format": FORMAT_NAME, **asdict(self)}
@@ -214,7 +215,8 @@ def parse_manifest(text: str, where: str) -> Manifest:
     _require(isinstance(packed, dict), where, "packed must be an object")
     return Manifest(storage=storage, num_records=num_records, total_bytes=total_bytes, kind=kind,
                     classes=classes, shards=shards, index=index, fields=dict(fields_raw),
-                    packed=packed, format_version=version)
+                    packed=packed, format_version=version,
+                    version=_int(raw.get("version", 1), where, "version", minimum=1))
 
 
 def read_manifest(dataset_dir: str | os.PathLike[str]) -> Manifest:

@@ -12,6 +12,7 @@ from fastload.format.columns import ReadFile, local_files
 from fastload.format.index import RecordIndex
 from fastload.format.layout import MANIFEST_NAME
 from fastload.format.manifest import MAX_MANIFEST_BYTES, Manifest, parse_manifest, read_manifest
+from fastload.format.versions import pinned_manifest
 from fastload.storage.location import is_remote, local_path
 from fastload.storage.remote import RemoteStore
 
@@ -26,6 +27,7 @@ class PackedLocation:
 
     root: Path | str
     store: RemoteStore | None = None
+    version: int | None = None  # the dataset version this location is pinned to (None: the latest)
 
     @property
     def read(self) -> ReadFile:
@@ -36,7 +38,11 @@ class PackedLocation:
         return lambda name, limit: store.read_file(name, limit)
 
     def manifest(self) -> Manifest:
-        """The parsed manifest; a location without one raises DatasetNotFoundError."""
+        """The parsed manifest of the pinned version (``version``; None: the published one); a
+        location without one raises DatasetNotFoundError."""
+        return pinned_manifest(self._published(), self.version, self.root, self.read)
+
+    def _published(self) -> Manifest:
         if self.store is None:
             return read_manifest(self.root)
         where = f"{self.root}/{MANIFEST_NAME}"
@@ -79,11 +85,14 @@ class OpenPacked:
 
 def open_packed(location: PackedLocation, cache: Any = None) -> OpenPacked:
     """Read the manifest and index of ``location`` and make the reader for its storage kind
-    (a remote dataset's shards read by byte range, through ``cache`` when given)."""
+    (a remote dataset's shards read by byte range, through ``cache`` when given). ``location``
+    is then pinned to the version it opened: a copy of it (a worker's) opens that version again,
+    whatever an append published since."""
     from fastload.readers import READERS
     from fastload.storage.remote_shards import RemoteShards
 
     manifest = location.manifest()
+    location.version = manifest.version
     index = RecordIndex(location.root, manifest, location.read)
     remote = RemoteShards(location.store, manifest, cache) if location.store is not None else None
     return OpenPacked(location, manifest, index, READERS[manifest.storage](location.root, manifest, index, remote))
