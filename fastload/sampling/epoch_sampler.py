@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from fastload.sampling.mixing import MixPlan
 from fastload.sampling.order import rank_share, resume_order
 
 
@@ -28,17 +29,22 @@ class EpochSampler(Sampler):
     ``seed=None``: the seed is drawn once, when first needed (the first iteration), from
     ``generator`` or else torch's global RNG, as torch's ``RandomSampler`` draws its own: so
     ``torch.manual_seed`` and ``generator=`` decide the order, as they do torch's.
+    ``mix``: the global order is a mix's (:mod:`fastload.sampling.mixing`, ``num_samples`` its
+    epoch length), and a keyed sample's ``epoch`` is the pass of its source's stream.
     """
 
     def __init__(self, num_samples: int, *, shuffle: bool, seed: int | None = 0, rank: int = 0,
                  world_size: int = 1, drop_last: bool = False, keyed: bool = False,
-                 generator: torch.Generator | None = None) -> None:
+                 generator: torch.Generator | None = None, mix: MixPlan | None = None) -> None:
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
             raise ValueError(f"seed={seed!r}: must be a non-negative integer (or None: drawn from torch's RNG)")
         self.num_samples, self.shuffle = num_samples, shuffle
         self._seed, self.generator = seed, generator
         self.seed_given = seed is not None  # else drawn: a resume takes the saved run's instead
         self.rank, self.world_size, self.drop_last, self.keyed = rank, world_size, drop_last, keyed
+        if mix is not None and mix.epoch_length != num_samples:
+            raise ValueError(f"num_samples={num_samples}, but the mix draws {mix.epoch_length} an epoch")
+        self.mix = mix
         self.epoch = 0
         self.start = 0  # samples of this epoch's share already delivered (resume position)
         self.consumed = 0  # samples of this epoch's global order delivered before an elastic resume
@@ -89,9 +95,18 @@ class EpochSampler(Sampler):
     def share(self, epoch: int | None = None) -> np.ndarray:
         """This rank's whole order for ``epoch`` (default: the current epoch)."""
         epoch = self.epoch if epoch is None else epoch
+        consumed = self.consumed if epoch == self.epoch else 0
+        if self.mix is not None:
+            return self.mix.order(self.seed, epoch, self.shuffle)[0][self._positions(consumed)]
         return rank_share(self.num_samples, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
                           rank=self.rank, world_size=self.world_size, drop_last=self.drop_last,
-                          consumed=self.consumed if epoch == self.epoch else 0)
+                          consumed=consumed)
+
+    def _positions(self, consumed: int) -> np.ndarray:
+        """This rank's positions in a mix's global order (already shuffled): shared out as an
+        epoch's order is."""
+        return rank_share(self.num_samples, seed=0, epoch=0, shuffle=False, rank=self.rank,
+                          world_size=self.world_size, drop_last=self.drop_last, consumed=consumed)
 
     @property
     def pinned(self) -> bool:
@@ -116,6 +131,9 @@ class EpochSampler(Sampler):
         if not self.keyed:
             return iter(order.tolist())
         epoch, seed = self.epoch, self.seed
+        if self.mix is not None:  # each draw's augmentation is keyed by its pass, not the epoch
+            passes = self.mix.order(seed, epoch, self.shuffle)[1][self._positions(self.consumed)]
+            return (SampleKey(i, p, seed) for i, p in zip(order.tolist(), passes[self.start:].tolist()))
         return (SampleKey(i, epoch, seed) for i in order.tolist())
 
     def __len__(self) -> int:
