@@ -95,12 +95,12 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
     other column, or those ``columns`` names, is a typed field.
     """
     started = time.perf_counter()
+    format = storage_for_append(src, out, format, overwrite) if append else format or "lmdb"  # type: ignore[assignment]
     table = {"image_column": image_column, "label_column": label_column,
              "columns": None if columns is None else tuple(columns)}
     if not isinstance(src, (str, os.PathLike)):  # an in-memory dataset: no path to put OUT beside
         if out is None:
             raise ValueError(f"an in-memory {type(src).__name__} as SRC needs out= (the dataset folder to write)")
-    format = storage_for_append(src, out, format, overwrite) if append else format or "lmdb"  # type: ignore[assignment]
         given = {"extensions": extensions, "layout": layout != "auto", "storage_options": storage_options,
                  "staging": staging, "sidecars": sidecars, "file_columns": file_columns, "root": root,
                  "allow_outside_root": allow_outside_root, "sidecar_names": sidecar_names}
@@ -188,6 +188,7 @@ class _PackJob:
     exts: tuple[str, ...]
     progress: bool | None
     src_store: RemoteStore | None = None
+    base: AppendBase | None = None  # an append's: the dataset at OUT the records are added to
 
     def same_pack(self, manifest: Manifest) -> bool:
         return _same_pack(manifest, self.plans)
@@ -196,7 +197,6 @@ class _PackJob:
         """Write the shards that are not finished yet, then the index and the manifest, into ``out``;
         ``on_shard(path)`` is called with each finished shard file (kept ones first)."""
         writer = Packer(self.listing.items, out, self.options["storage"], self.options, self.progress,
-    base: AppendBase | None = None  # an append's: the dataset at OUT the records are added to
                         self.src_store, on_shard, file_types=dict(self.listing.file_fields),
                         reader=self.listing.reader, images=self.listing.images)
         shard_records = writer.run(self.plans)
