@@ -35,7 +35,6 @@ from fastload.converters.sources.items import (
 from fastload.converters.sources.tars import TarMembers, tar_paths
 
 from fastload.errors import SourceError
-from fastload.format.files import open_regular
 from fastload.format.layout import IMAGE_EXTENSIONS, RESERVED_FIELD_NAMES
 
 _KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # WebDataset's own rule (webdataset.tariterators)
@@ -62,8 +61,9 @@ def list_tars(src: Path, *, on_error: str, max_file_size: int | None, image_ext:
               names: dict[str, str] | None = None) -> SourceListing:
     """Every sample of the tars ``src`` names, in tar and member order (see the module's docstring)."""
     root, tars = tar_paths(src)
-    listing = SourceListing(root=root, layout="webdataset", items=[], classes=None, images=True,
-                            reader=TarMembers())
+    reader = TarMembers()  # its descriptors serve the text members now, and the pack later
+    listing = SourceListing(root=root, layout="webdataset", items=[], classes=None, images=True, reader=reader)
+    stats = {tar: tar.stat() for tar in tars}
     groups: list[tuple[Path, str, dict[str, _Member]]] = []
     seen: dict[str, Path] = {}
     for tar in tars:
@@ -96,7 +96,8 @@ def list_tars(src: Path, *, on_error: str, max_file_size: int | None, image_ext:
     for tar, key, members in groups:
         rel = f"{tar.name}/{key}.{image}"
         try:
-            item, row, label = _sample(tar, key, members, image, exts, payloads, field_names, taken, max_file_size)
+            item, row, label = _sample(tar, key, members, image, exts, payloads, field_names, taken, max_file_size,
+                                       reader, stats[tar])
         except SourceError as exc:
             if on_error != "skip":
                 raise SourceError(f"{tar}: sample {key!r}: {exc}; fix the tar, or pass --on-error skip") from None
@@ -113,6 +114,7 @@ def list_tars(src: Path, *, on_error: str, max_file_size: int | None, image_ext:
         listing.fields[name], listing.field_values[name] = typed_field(root, rows, name)
     for column, ext in enumerate(payloads):
         listing.file_fields[field_names[ext]] = _first_type(listing, column, field_names[ext])
+    reader.close()  # reopened when the pack reads
     return listing
 
 
@@ -164,7 +166,7 @@ def _open_tar(tar: Path) -> tarfile.TarFile:
 
 def _sample(tar: Path, key: str, members: dict[str, _Member], image: str, exts: list[str],
             payloads: list[str], field_names: dict[str, str], taken: tuple[str, ...],
-            max_file_size: int | None) -> tuple[SourceItem, dict[str, Any], int]:
+            max_file_size: int | None, reader: TarMembers, st: os.stat_result) -> tuple[SourceItem, dict[str, Any], int]:
     """One group as an item (its image and file fields located in the tar), its text fields, its label."""
     missing = [f".{e}" for e in (image, *exts) if e not in members]
     if missing:
@@ -176,21 +178,20 @@ def _sample(tar: Path, key: str, members: dict[str, _Member], image: str, exts: 
     row: dict[str, Any] = {}
     label = -1
     if "cls" in members:
-        text = _text(members["cls"]).strip()
+        text = _text(members["cls"], reader).strip()
         try:
             label = int(text)
         except ValueError:
             raise SourceError(f"its .cls member holds {text[:40]!r}, not a whole-number class id") from None
     if "txt" in members:
-        row[field_names["txt"]] = _text(members["txt"])
+        row[field_names["txt"]] = _text(members["txt"], reader)
     if "json" in members:
-        value = _json(members["json"])
+        value = _json(members["json"], reader)
         clash = [k for k in value if k in taken]
         if clash:
             raise SourceError(f"its .json key {clash[0]!r} is taken (a sample already has {', '.join(taken)})")
         check_field_names(f"{tar}: {key}.json", value, "a key of this member")
         row.update(value)
-    st = tar.stat()
     stamp = (st.st_ctime_ns, st.st_ino)
     files = tuple(SourceFile(tar, f"{tar.name}/{members[e].name}", members[e].size, st.st_mtime_ns, stamp,
                              offset=members[e].offset) for e in payloads)
@@ -200,26 +201,18 @@ def _sample(tar: Path, key: str, members: dict[str, _Member], image: str, exts: 
     return item, row, label
 
 
-def _read(member: _Member, limit: int) -> bytes:
-    if member.size > limit:
-        raise SourceError(f"its .{member.name.rsplit('.', 1)[-1]} member holds {member.size} bytes, over {limit}")
-    fd = open_regular(member.tar)
+def _text(member: _Member, reader: TarMembers) -> str:
+    if member.size > _MAX_TEXT_BYTES:
+        raise SourceError(f"its member {member.name} holds {member.size} bytes, over {_MAX_TEXT_BYTES}")
     try:
-        return os.pread(fd, member.size, member.offset)
-    finally:
-        os.close(fd)
-
-
-def _text(member: _Member) -> str:
-    try:
-        return _read(member, _MAX_TEXT_BYTES).decode("utf-8-sig")
+        return reader.read(member.tar, member.offset, member.size).decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         raise SourceError(f"its member {member.name} is not UTF-8 text") from None
 
 
-def _json(member: _Member) -> dict[str, Any]:
+def _json(member: _Member, reader: TarMembers) -> dict[str, Any]:
     try:
-        value = json.loads(_text(member))
+        value = json.loads(_text(member, reader))
     except json.JSONDecodeError as exc:
         raise SourceError(f"its member {member.name} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
     if not isinstance(value, dict):
