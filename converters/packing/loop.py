@@ -88,6 +88,13 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
     is ever read from /proc, /sys or /dev (see converters.sources.confine).
 
     Tables (a ``.parquet``, ``.arrow`` or ``.feather`` file, a folder of them, a Hugging Face
+    A map-style dataset as SRC (a torch ``Dataset``, or any sequence with ``len`` and ``[i]``; it
+    needs ``out``) packs one record per item, read in ``workers`` processes (default: one per CPU)
+    and written in index order: an item is a dict of fields as ``fastload.Writer.write`` takes, or a
+    tuple ``(image, label)`` / ``(image, label, {fields})``; ``quality`` encodes its PIL images and
+    arrays as JPEG (default PNG). Killed, the same call resumes from the finished shards, once a few
+    of their items read back the same (see converters.packing.dataset_pack).
+
     ``save_to_disk`` folder, or SRC an in-memory ``datasets.Dataset``, which needs ``out``) pack
     one record per row (see converters.sources.tables): ``image_column`` holds the image bytes
     (default: the one binary column, or HF ``Image`` column), ``label_column`` the label (default:

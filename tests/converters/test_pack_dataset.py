@@ -170,3 +170,19 @@ def test_a_changed_dataset_is_refused_on_resume_and_overwrite_starts_over(refere
     assert report.resumed_shards > 0 and _index(out) == _index(reference)
     report = _pack(Photos(shift=1000), out, overwrite=True)
     assert report.resumed_shards == 0 and fastload.PackedDataset(out).record(0)["data"] == make_jpeg(24, 20, seed=1000)
+
+
+def test_the_docs_example_packs_the_records_a_folder_pack_makes(tmp_path, monkeypatch):
+    page = (REPO / "docs" / "python-api.md").read_text()
+    example = page.split("### Packing a map-style dataset", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    for k in range(6):
+        (tmp_path / "photos" / f"class-{k % 2}").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "photos" / f"class-{k % 2}" / f"{k}.jpg").write_bytes(make_jpeg(20 + k, 16, seed=k))
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example, "docs/python-api.md", "exec"), {"__name__": "docs_example"})
+    fastload.pack(tmp_path / "photos", tmp_path / "folder.fl", progress=False)
+    packed, folder = fastload.PackedDataset(tmp_path / "photos.fl"), fastload.PackedDataset(tmp_path / "folder.fl")
+    assert len(packed) == len(folder) == 6 and packed.classes == folder.classes == ["class-0", "class-1"]
+    for i in range(6):
+        a, b = packed.record(i), folder.record(i)
+        assert a["data"] == b["data"] and a["label"] == b["label"] and a["name"] == b["path"].split("/")[1]
