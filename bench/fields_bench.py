@@ -9,8 +9,10 @@ Issue 17: "COCO-like synthetic detection samples (photo + 1–20 boxes + caption
 pipeline ≥ 90% of the image-only rate on the same photos". A JSONL list of ``--records`` photos of
 the folder (in the folder's order) with, per photo, 1–20 random boxes inside it, a label per box,
 a caption and a mask (a one-channel PNG of the photo's size: a few shapes of class ids 1–20 on 0,
-as segmentation masks look) is packed once into a temporary LMDB dataset (deleted after), the
-masks as a file field (``file_columns=("mask",)``). Rows, interleaved
+as segmentation masks look) is packed into a temporary LMDB dataset (deleted after), the masks as
+a file field kept as their PNG files (``file_columns=("mask",), mask_storage="file"``), and again
+with the masks stored as rows (``mask_storage="rows"``, the default: a crop decodes only its
+rows); the masks' stored bytes, both ways, are printed beside the rates. Rows, interleaved
 ``--repeats`` times (``fastload.benchmark.runs.run_all``), each
 ``fastload.DataLoader(..., batch_size=64, shuffle=True)`` with auto settings:
 
@@ -18,8 +20,9 @@ masks as a file field (``file_columns=("mask",)``). Rows, interleaved
 * ``detection``: ``fields=("image", "label", "boxes", "box_labels", "caption")``,
   ``boxes="boxes", box_fields=("box_labels",)``: the boxes follow each crop and flip;
 * ``detection, padded``: the same with ``pad_fields={"boxes": -1, "box_labels": -1}``;
-* ``segmentation``: ``fields=("image", "label", "mask")``: each mask decoded and cut with its
-  photo's crop and flip (nearest neighbour).
+* ``segmentation``: ``fields=("image", "label", "mask")``: each mask PNG inflated whole and cut with
+  its photo's crop and flip (nearest neighbour);
+* ``segmentation, mask rows``: the same on the dataset of masks stored as rows (equal batches).
 
 Nothing asserts on time; the ratios are printed and written to ``--json``.
 """
@@ -96,13 +99,17 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="fastload-fields-", dir=args.work))
     try:
         write_list(Path(args.photos), args.records, work / "list.jsonl")
-        pack(work / "list.jsonl", work / "d.fl", file_columns=("mask",), progress=False, allow_outside_root=True)
+        for name, storage in (("d.fl", "file"), ("rows.fl", "rows")):
+            pack(work / "list.jsonl", work / name, file_columns=("mask",), progress=False, allow_outside_root=True,
+                 mask_storage=storage)
+        sizes = {name: int(fastload.PackedDataset(work / name).index.files["mask"].size.sum())
+                 for name in ("d.fl", "rows.fl")}
         path = work / "d.fl"
         detection: dict[str, Any] = {"fields": ("image", "label", "boxes", "box_labels", "caption"),
                                      "boxes": "boxes", "box_fields": ("box_labels",)}
 
-        def loader(**kw: Any) -> Any:
-            ds = fastload.PackedDataset(path, image_size=224, train=True, **kw)
+        def loader(where: Path = path, **kw: Any) -> Any:
+            ds = fastload.PackedDataset(where, image_size=224, train=True, **kw)
             return fastload.DataLoader(ds, batch_size=64, shuffle=True)
 
         specs = [
@@ -113,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
                     lambda ld: str(ld.settings.mode)),
             RunSpec("segmentation", "fastload", "lmdb", lambda: loader(fields=("image", "label", "mask")),
                     lambda ld: str(ld.settings.mode)),
+            RunSpec("segmentation, mask rows", "fastload", "lmdb",
+                    lambda: loader(work / "rows.fl", fields=("image", "label", "mask")),
+                    lambda ld: str(ld.settings.mode)),
         ]
         runs, _ = run_all(specs, Limits(args.duration), repeats=args.repeats)
     finally:
@@ -121,14 +131,18 @@ def main(argv: list[str] | None = None) -> int:
     for r in runs:
         print(f"{r.name:<20} {r.samples_per_s:8.0f} samples/s  (min {r.min or 0:.0f}, max {r.max or 0:.0f})")
     ratios = {name: paired_ratio(by[name], by["image only"], "samples_per_s")
-              for name in ("detection", "detection, padded", "segmentation")}
+              for name in ("detection", "detection, padded", "segmentation", "segmentation, mask rows")}
     for name, ratio in ratios.items():
         print(f"{name} / image only: {ratio:.2f}x")
+    masks = {"png": sizes["d.fl"], "rows": sizes["rows.fl"]}
+    print(f"masks stored: PNG files {masks['png'] / 2**20:.2f} MiB, rows {masks['rows'] / 2**20:.2f} MiB "
+          f"({masks['rows'] / masks['png']:.2f}x; {masks['png'] / args.records:.0f} and "
+          f"{masks['rows'] / args.records:.0f} bytes a mask)")
     if args.json:
         Path(args.json).write_text(json.dumps({
             "schema": "fastload-fields-bench/1", "records": args.records,
             "machine": {"python": platform.python_version(), "platform": platform.platform()},
-            "runs": [r.as_dict() for r in runs], "ratios": ratios}, indent=2) + "\n")
+            "runs": [r.as_dict() for r in runs], "ratios": ratios, "mask_bytes": masks}, indent=2) + "\n")
     return 0
 
 

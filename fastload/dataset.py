@@ -248,7 +248,9 @@ class PackedDataset(SampleReading, torch.utils.data.Dataset):
         return i if self._records is None else int(self._records[i])
 
     def record(self, i: int) -> dict[str, Any]:
-        """The stored record: ``data`` (bytes), ``label``, ``path``, ``width``, ``height`` and extra fields."""
+        """The stored record: ``data`` (bytes), ``label``, ``path``, ``width``, ``height`` and extra
+        fields; a file field's stored bytes, but a mask stored as rows ("mask-rows") as an image
+        file of its values (PNG; TIFF for 32-bit and float values)."""
         i = self._check(i)
         out: dict[str, Any] = {
             "data": self.reader.read(i), "label": int(self.index.label[i]), "path": self.index.path[i],
@@ -258,6 +260,10 @@ class PackedDataset(SampleReading, torch.utils.data.Dataset):
             out[name] = self.index.field(name, i)
         for name in self.index.files:
             out[name] = self.reader.read(i, name)  # a file field: its stored bytes
+            if self.manifest.fields[name] == "mask-rows":
+                from fastload.decode.masks import mask_file
+
+                out[name] = mask_file(out[name], where=self.reader.where(i, name), max_pixels=self.max_pixels)
         return out
 
     def __repr__(self) -> str:

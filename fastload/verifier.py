@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastload.config import MAX_PIXELS
 from fastload.errors import FastloadError
 from fastload.decode.files import decode_npy
 from fastload.format import record_checksum
@@ -134,6 +135,10 @@ def _check_record(report: VerifyReport, reader, i: int, data: bytes, decode: boo
     try:
         if kind == "npy":
             decode_npy(data, "")
+        elif kind == "mask-rows":
+            from fastload.decode.masks import decode_mask_rows
+
+            decode_mask_rows(data, None, where="", max_pixels=MAX_PIXELS)
         else:
             from PIL import Image
 

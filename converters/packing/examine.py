@@ -60,6 +60,8 @@ class Examiner:
         self.decodes = bool(options["reencode"] or options["restart_markers"] or options["check"] == "decode")
         if self.decodes:
             give_back_large_blocks()
+        # masks re-stored as rows are decoded too: examined on the pool, not in the reading thread
+        self.on_pool = self.decodes or "mask-rows" in file_types.values()
 
     def loaded(self, pool: ThreadPoolExecutor, indices: list[int]) -> Iterator[Loaded]:
         """Every item read and examined, in order (see converters.packing.readahead for the two ways)."""
@@ -67,7 +69,7 @@ class Examiner:
         if self.reader is not None:  # records inside other files: read in order, examined on the pool
             yield from self._members(pool, indices, self.reader)
             return
-        if self.decodes:
+        if self.on_pool:
             yield from map_in_order(pool, self._load, indices, lambda i: self.items[i].total_size,
                                     max_items=workers * 8, max_weight=_READ_AHEAD_BYTES)
             return
@@ -93,7 +95,7 @@ class Examiner:
                 yield index
 
         try:
-            if not self.decodes:
+            if not self.on_pool:
                 for index in fetched():
                     yield self._examine(index, *read.pop(index))
                 return

@@ -35,11 +35,12 @@ from fastload.config import MAX_FILE_SIZE, MAX_PIXELS, available_cpus, parse_siz
 from fastload.decode.images import pixel_limit
 from fastload.errors import PackError
 from fastload.format import FORMAT_VERSION, Manifest, StorageKind
-from fastload.format.layout import IMAGE_EXTENSIONS
+from fastload.format.layout import IMAGE_EXTENSIONS, MASK_STORAGES
 from fastload.storage.location import is_remote, local_path
 from fastload.storage.remote import RemoteStore
 
 OnError = Literal["fail", "skip"]
+MaskStorage = Literal["rows", "file"]
 
 
 def default_out(src: Path) -> Path:
@@ -67,7 +68,7 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
          file_columns: list[str] | tuple[str, ...] = (), root: str | os.PathLike[str] | None = None,
          allow_outside_root: bool = False, sidecar_names: dict[str, str] | None = None,
          image_column: str | None = None, label_column: str | None = None,
-         columns: list[str] | tuple[str, ...] | None = None) -> PackReport:
+         columns: list[str] | tuple[str, ...] | None = None, mask_storage: MaskStorage = "rows") -> PackReport:
     """Pack a folder, file list, tars or tables into a fastload dataset; see ``fastload pack --help``.
 
     Returns a PackReport (``already_packed`` when OUT holds this exact pack). Raises SourceError /
@@ -100,6 +101,10 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
     (default: the one binary column, or HF ``Image`` column), ``label_column`` the label (default:
     ``label`` when there is one; whole numbers, class names, or an HF ``ClassLabel``), and every
     other column, or those ``columns`` names, is a typed field.
+
+    ``mask_storage``: a one-channel mask file field is stored as its values' rows (``"rows"``:
+    type "mask-rows", a crop decodes only its rows: fastload.format.mask_rows) or as the file
+    given (``"file"``: type "mask", a PNG inflated whole for each crop).
     """
     started = time.perf_counter()
     format = storage_for_append(src, out, format, overwrite) if append else format or "lmdb"  # type: ignore[assignment]
@@ -117,7 +122,7 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
         return _pack_object(src, out, table, started, format=format, shard_size=shard_size, workers=workers,
                             on_error=on_error, max_side=max_side, quality=quality, check=check,
                             max_pixels=max_pixels, restart_markers=restart_markers, max_file_size=max_file_size,
-                            overwrite=overwrite, progress=progress)
+                            overwrite=overwrite, progress=progress, mask_storage=mask_storage)
     src_store = RemoteStore(str(src), storage_options) if is_remote(src) else None
     out_remote = out is not None and is_remote(out)
     if src_store is None and not out_remote and storage_options:
@@ -130,7 +135,7 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
     if out_path is not None and out_path.is_symlink():  # the user named a link to their folder: pack where it points
         out_path = Path(os.path.realpath(out_path))
     options = _check_options(format, shard_size, workers, on_error, max_side, quality, check, max_pixels,
-                             restart_markers, max_file_size)
+                             restart_markers, max_file_size, mask_storage)
     exts = normalize_extensions(extensions)
     listing = list_to_pack(src, src_store, src_path, layout=layout, extensions=exts, on_error=on_error,
                            options=options, sidecars=sidecars, file_columns=tuple(file_columns), root=root,
@@ -175,8 +180,11 @@ def _pack_object(src: Any, out: str | os.PathLike[str], table: dict[str, Any], s
 def _job(listing: SourceListing, options: dict[str, Any], exts: tuple[str, ...], progress: bool | None,
          src_store: RemoteStore | None) -> _PackJob:
     """The shard plan over ``listing``: what a re-run with the same source and options finds again."""
+    if options["mask_storage"] == "rows":  # the field's type says how its masks are stored
+        listing.file_fields = {n: "mask-rows" if t == "mask" else t for n, t in listing.file_fields.items()}
     # Read threads do not change what is written: a resume with other --workers keeps the shards.
-    content = {k: v for k, v in options.items() if k not in ("workers", "max_file_size")}
+    # How masks are stored shows in file_fields' types, so a pack without masks keeps its digest.
+    content = {k: v for k, v in options.items() if k not in ("workers", "max_file_size", "mask_storage")}
     if listing.file_fields:  # names and types: a renamed column is another pack (absent: old digests hold)
         content["file_fields"] = dict(listing.file_fields)
     if listing.layout == "table":  # which column the payloads come from
@@ -262,11 +270,13 @@ def _same_pack(manifest: Manifest, plans: list[ShardPlan]) -> bool:
 
 def _check_options(format: str, shard_size: str | int, workers: int | None, on_error: str,
                    max_side: int | None, quality: int | None, check: str, max_pixels: int,
-                   restart_markers: bool, max_file_size: str | int) -> dict[str, Any]:
+                   restart_markers: bool, max_file_size: str | int, mask_storage: str = "rows") -> dict[str, Any]:
     if format not in WRITERS:
         raise ValueError(f"format={format!r}: choose one of {', '.join(WRITERS)}")
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error={on_error!r}: choose 'fail' or 'skip'")
+    if mask_storage not in MASK_STORAGES:
+        raise ValueError(f"mask_storage={mask_storage!r}: choose 'rows' (a crop decodes its rows alone) or 'file'")
     if check not in ("header", "decode"):
         raise ValueError(f"check={check!r}: choose 'header' or 'decode'")
     if workers is not None and workers < 1:
@@ -283,7 +293,7 @@ def _check_options(format: str, shard_size: str | int, workers: int | None, on_e
             "shard_size": parse_size(shard_size, name="shard_size"), "workers": workers or default_workers(),
             "on_error": on_error, "reencode": reencode, "check": check, "max_pixels": max_pixels,
             "restart_markers": bool(restart_markers),
-            "max_file_size": parse_size(max_file_size, name="max_file_size")}
+            "max_file_size": parse_size(max_file_size, name="max_file_size"), "mask_storage": mask_storage}
 
 
 def _check_out_location(src: Path, src_root: Path, out: Path) -> None:

@@ -7,7 +7,8 @@ fastload.format.layout). Its type comes from the first record's file, and every 
 field must match it: an image, a one-channel "mask" (class ids, 16-bit depth: kept exactly,
 nearest-neighbour through crops), a NumPy array, or other bytes. A mask or image must be the size
 of its record's image; a file that breaks a rule is an error naming the record, or under
-``--on-error skip`` the record is skipped and reported.
+``--on-error skip`` the record is skipped and reported. A mask is stored as its values' rows (type
+"mask-rows", converters.packing.mask_rows) unless the pack keeps mask files as given.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fastload.converters.packing.checks import InvalidFile, check_image
+from fastload.converters.packing.mask_rows import rows_from_file
 from fastload.converters.sources.confine import ListRoot
 from fastload.converters.sources.items import Skip, SourceFile, SourceListing
 from fastload.decode.files import npy_layout
@@ -67,8 +69,10 @@ def check_record_files(types: dict[str, str], files: Sequence[SourceFile], conte
         try:
             if isinstance(data, OSError):
                 raise InvalidFile(f"unreadable file ({data.strerror or data})")
-            out.append((data, record_checksum(data),
-                        check_file(data, file.rel, kind, width, height, max_pixels, decode)))
+            facts = check_file(data, file.rel, kind, width, height, max_pixels, decode)
+            if kind == "mask-rows":
+                data = rows_from_file(data, max_pixels)
+            out.append((data, record_checksum(data), facts))
         except InvalidFile as exc:
             raise InvalidFile(f"its {name} file {file.rel}: {exc.reason}") from None
     return out
@@ -89,9 +93,9 @@ def check_file(data: bytes, rel: str, kind: str, width: int, height: int, max_pi
         raise InvalidFile(f"{header.width}x{header.height}, its image is {width}x{height}: a field that "
                           "follows the image's crop must be its size")
     found = field_type(data, rel) or "image"
-    if found != kind:
+    if found != kind.removesuffix("-rows"):
         raise InvalidFile(f"is {'a one-channel' if found == 'mask' else 'a colour'} image, the field's first "
-                          f"file is {'a one-channel mask' if kind == 'mask' else 'a colour image'}")
+                          f"file is {'a colour image' if kind == 'image' else 'a one-channel mask'}")
     return FileFacts(header.width, header.height)
 
 

@@ -4,7 +4,9 @@ record stores, each checked as a pack checks a file.
 Stored as given: encoded bytes, and a path's file bytes. Encoded here: a PIL image or an HWC uint8
 array given as the image (PNG, lossless, unless the writer's JPEG ``quality`` is set), a 2-D
 uint8/uint16 array or PIL image given as a mask (a one-channel PNG: class ids kept bit-exact), any
-other NumPy array in a file field (``.npy``, no pickle).
+other NumPy array in a file field (``.npy``, no pickle). A field of type "mask-rows" (what the
+writer makes of a mask unless ``mask_storage="file"``) stores its values' rows instead
+(converters.packing.mask_rows): an array's or PIL image's straight, a file's decoded first.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 from fastload.converters.packing.checks import InvalidFile, check_image
 from fastload.converters.packing.headers import JPEG_SOI
+from fastload.converters.packing.mask_rows import image_values, mask_rows, rows_from_file
 from fastload.converters.sources.file_fields import FileFacts, check_file
 from fastload.converters.sources.samples import BadSample, Checked, is_pil
 
@@ -49,10 +52,17 @@ def to_payloads(checked: Checked, file_types: dict[str, str], quality: int | Non
         raise BadSample(f"its image: {exc.reason}") from None
     out = Payloads(data, header.width, header.height, record_checksum(data), not isinstance(raw, (bytes, PurePath)))
     for name, kind in file_types.items():
-        payload = _bytes(name, kind, checked.inputs[name], None, max_file_size)
+        value = checked.inputs[name]
+        if kind == "mask-rows" and not isinstance(value, (bytes, PurePath)):
+            payload, facts = _rows(name, value, header.width, header.height)
+            out.files.append((payload, record_checksum(payload), facts))
+            continue
+        payload = _bytes(name, kind, value, None, max_file_size)
         rel = f"{name}.jpg" if payload.startswith(JPEG_SOI) else f"{name}.npy" if kind == "npy" else f"{name}.png"
         try:
             facts = check_file(payload, rel, kind, header.width, header.height, max_pixels, decode)
+            if kind == "mask-rows":
+                payload = rows_from_file(payload, max_pixels)
         except InvalidFile as exc:
             raise BadSample(f"field {name!r} ({kind}): {exc.reason}") from None
         out.files.append((payload, record_checksum(payload), facts))
@@ -86,14 +96,30 @@ def _bytes(name: str, kind: str, value: Any, quality: int | None, max_file_size:
     return buffer.getvalue()
 
 
+def _rows(name: str, value: Any, width: int, height: int) -> tuple[bytes, FileFacts]:
+    """A mask given as an array or PIL image stored as its values' rows (no PNG in between)."""
+    try:
+        values = image_values(value) if is_pil(value) else _mask_array(name, value)
+    except InvalidFile as exc:
+        raise BadSample(f"field {name!r} (mask-rows): {exc.reason}") from None
+    if values.shape != (height, width):
+        raise BadSample(f"field {name!r} (mask-rows) is {values.shape[1]}x{values.shape[0]}, its image is "
+                        f"{width}x{height}: a mask that follows the image's crop must be its size")
+    return mask_rows(values), FileFacts(width, height)
+
+
+def _mask_array(name: str, array: np.ndarray) -> np.ndarray:
+    if array.ndim != 2 or array.dtype not in (np.uint8, np.uint16):
+        raise BadSample(f"field {name!r} is a {array.dtype} array of shape {array.shape}; a mask array is "
+                        "2-D uint8 or uint16 (class ids)")
+    return array
+
+
 def _from_array(name: str, kind: str, array: np.ndarray) -> Any:
     from PIL import Image
 
     if kind == "mask":
-        if array.ndim != 2 or array.dtype not in (np.uint8, np.uint16):
-            raise BadSample(f"field {name!r} is a {array.dtype} array of shape {array.shape}; a mask array is "
-                            "2-D uint8 or uint16 (class ids)")
-        return Image.fromarray(np.ascontiguousarray(array))  # uint8: "L", uint16: "I;16"
+        return Image.fromarray(np.ascontiguousarray(_mask_array(name, array)))  # uint8: "L", uint16: "I;16"
     if array.dtype != np.uint8 or not (array.ndim == 2 or (array.ndim == 3 and array.shape[2] in (1, 3, 4))):
         raise BadSample(f"field {name!r} is a {array.dtype} array of shape {array.shape}; an image array is "
                         "HWC uint8 (H x W, H x W x 1, 3 or 4): convert it, or give encoded bytes")

@@ -202,10 +202,11 @@ def _file_input(name: str, dtype: str, value: Any) -> Any:
         return bytes(value)
     if isinstance(value, np.ndarray) and dtype != "file":
         return value.copy()
-    if is_pil(value) and dtype in ("image", "mask"):
+    if is_pil(value) and dtype in ("image", "mask", "mask-rows"):
         return value
+    pil = dtype in ("image", "mask", "mask-rows")
     raise BadSample(f"field {name!r} is {type(value).__name__} {_short(value)}; a {dtype} field takes bytes, a path"
-                    f"{', a PIL image or a NumPy array' if dtype in ('image', 'mask') else ' or a NumPy array' if dtype == 'npy' else ''}")
+                    f"{', a PIL image or a NumPy array' if pil else ' or a NumPy array' if dtype == 'npy' else ''}")
 
 
 def is_pil(value: object) -> bool:

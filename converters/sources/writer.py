@@ -34,7 +34,7 @@ from fastload.config import MAX_FILE_SIZE, MAX_PIXELS, available_cpus, parse_siz
 from fastload.errors import PackError, SourceError
 from fastload.format import FORMAT_VERSION, PACK_STATE_DIR, StorageKind, shard_name
 from fastload.format.files import create_new
-from fastload.format.layout import FILE_COLUMNS
+from fastload.format.layout import FILE_COLUMNS, MASK_STORAGES
 from fastload.storage.location import is_remote, local_path
 from fastload.storage.remote import RemoteStore
 
@@ -56,6 +56,8 @@ class Writer:
             it is left out, counted and listed in the report (``skipped.jsonl``).
         check: ``"header"`` checks each image's structure; ``"decode"`` decodes every pixel too.
         workers: Threads that encode and check samples (default: the CPUs, at most 8).
+        mask_storage: ``"rows"``: a mask field is stored as its values' rows (type "mask-rows": a
+            crop decodes its own rows alone); ``"file"``: as a one-channel PNG (type "mask").
     """
 
     def __init__(self, out: str | os.PathLike[str], *, format: StorageKind = "lmdb", shard_size: str | int = "256MB",
@@ -63,13 +65,17 @@ class Writer:
                  quality: int | None = None, on_error: Literal["fail", "skip"] = "fail",
                  check: Literal["header", "decode"] = "header", workers: int | None = None,
                  max_pixels: int = MAX_PIXELS, max_file_size: str | int = MAX_FILE_SIZE,
-                 storage_options: dict[str, Any] | None = None, staging: str | os.PathLike[str] | None = None) -> None:
+                 storage_options: dict[str, Any] | None = None, staging: str | os.PathLike[str] | None = None,
+                 mask_storage: Literal["rows", "file"] = "rows") -> None:
         if format not in WRITERS:
             raise ValueError(f"format={format!r}: choose one of {', '.join(WRITERS)}")
         if on_error not in ("fail", "skip") or check not in ("header", "decode"):
             raise ValueError(f"on_error={on_error!r}, check={check!r}: choose 'fail' or 'skip', 'header' or 'decode'")
         if quality is not None and not 1 <= quality <= 100:
             raise ValueError(f"quality={quality}: must be between 1 and 100 (or None: PNG, lossless)")
+        if mask_storage not in MASK_STORAGES:
+            raise ValueError(f"mask_storage={mask_storage!r}: choose 'rows' (a crop decodes its rows alone) or 'file'")
+        self.mask_storage = mask_storage
         self.started = time.perf_counter()
         self.storage, self.quality, self.on_error, self.overwrite = format, quality, on_error, overwrite
         self.decode, self.max_pixels = check == "decode", max_pixels
@@ -116,10 +122,16 @@ class Writer:
             return self._bad(number, str(key), exc.reason)
         self.keys.add(checked.key)
         self.pending.append((checked, self.pool.submit(
-            to_payloads, checked, self.schema.file_types, self.quality, decode=self.decode,
+            to_payloads, checked, self.file_types, self.quality, decode=self.decode,
             max_pixels=self.max_pixels, max_file_size=self.max_file_size)))
         while len(self.pending) > 4 * self.workers:
             self._commit(*self.pending.popleft())
+
+    @property
+    def file_types(self) -> dict[str, str]:
+        """Each file field's type as stored: a mask as rows unless ``mask_storage="file"``."""
+        types = self.schema.file_types
+        return types if self.mask_storage == "file" else {n: "mask-rows" if t == "mask" else t for n, t in types.items()}
 
     def _bad(self, number: int, key: str, reason: str) -> None:
         if self.on_error == "fail":
@@ -211,7 +223,7 @@ class Writer:
     def _finish(self) -> PackReport:
         listing = SourceListing(root=Path("fastload.Writer"), layout="writer", items=self.items,
                                 classes=self.schema.classes, fields=self.schema.index_types,
-                                field_values=self.values, file_fields=self.schema.file_types,
+                                field_values=self.values, file_fields=self.file_types,
                                 skipped=self.skipped, images=True)
         digest = xxhash.xxh3_128(json.dumps([FORMAT_VERSION, self.storage, self.schema.types]).encode())
         for record in self.records:

@@ -51,7 +51,7 @@ def pack_command(args: argparse.Namespace) -> int:
                   file_columns=[c for c in (args.file_columns or "").split(",") if c], root=args.root,
                   allow_outside_root=args.allow_outside_root, sidecar_names=args.sidecar_names,
                   image_column=args.image_column, label_column=args.label_column,
-                  columns=_names(args.columns))
+                  columns=_names(args.columns), mask_storage=args.mask_storage)
     print(report.summary())
     return 0
 

@@ -60,8 +60,11 @@ FIELD_DTYPES = ("int64", "float64", "bool", "str")
 # File fields: a second (third, ...) file per record (a mask, a depth map, a .npy), stored in the
 # record's shard right after its file, and located by columns of their own, ``field.<name>.<column>``.
 # "image": decoded like the record's image (RGB); "mask": a one-channel image (class ids, depth)
-# whose values are kept (nearest-neighbour through crops); "npy": a NumPy array; "file": bytes.
-FILE_TYPES = ("image", "mask", "npy", "file")
+# whose values are kept (nearest-neighbour through crops); "mask-rows": a mask stored as its values'
+# rows, so that a crop decodes only its own (fastload.format.mask_rows: what a pack makes of a mask
+# unless told to keep its file); "npy": a NumPy array; "file": bytes.
+FILE_TYPES = ("image", "mask", "mask-rows", "npy", "file")
+MASK_STORAGES = ("rows", "file")  # how a pack stores a mask: "mask-rows", or its file as given ("mask")
 MASK_MODES = ("1", "L", "P", "I", "F", "I;16", "I;16L", "I;16B", "I;16N")  # Pillow's one-channel modes
 FILE_COLUMNS: dict[str, str] = {
     "position": "int64", "offset": "int64", "size": "int64", "checksum": "uint64",

@@ -6,6 +6,9 @@ A file field's type (fastload.format.layout) says how its bytes become a value:
   ``H×W`` tensor whose values are kept: ``uint8``, or ``int32`` for 16- and 32-bit images,
   ``float32`` for floating-point ones. Through a crop each output pixel takes the nearest source
   pixel (never a blend of two class ids), so it lines up with the image's pixels.
+- ``"mask-rows"``: a mask as a pack stores it by default (fastload.format.mask_rows): the same
+  values, dtypes and pixels as ``"mask"``, but through a crop only the rows under its box are
+  decoded (fastload.decode.masks), with no inflate of the whole file.
 - ``"image"``: decoded like the record's image: ``uint8 3×H×W`` with the same crop and flip
   (without ``image_size``, an RGB PIL image, like the record's).
 - ``"npy"``: a NumPy array as a tensor; one whose first two dimensions are the image's height and
@@ -24,6 +27,7 @@ from PIL import Image
 from fastload.decode.crops import decode_crop
 from fastload.decode.images import decode_as_stored, decode_rgb
 from fastload.decode.files import decode_npy
+from fastload.decode.masks import decode_mask_rows
 from fastload.errors import CorruptRecordError
 from fastload.format.layout import MASK_MODES
 from fastload.decode.transforms import CropPlan
@@ -47,6 +51,8 @@ def decode_file_field(kind: str, data: bytes, plan: CropPlan | None, *, where: s
         out = np.empty((*plan.out_size, 3), dtype=np.uint8)
         decode_crop(data, plan, out=out, where=where, max_pixels=max_pixels)
         return torch.from_numpy(out).permute(2, 0, 1)
+    if kind == "mask-rows":
+        return decode_mask_rows(data, plan, where=where, max_pixels=max_pixels)
     img = decode_as_stored(data, where=where, max_pixels=max_pixels)
     dtype = _MASK_DTYPES.get(img.mode)
     if dtype is None:

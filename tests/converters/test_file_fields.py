@@ -75,7 +75,8 @@ def listed(tmp_path_factory):
 def test_a_list_with_file_columns_round_trips_bit_exact(listed, fmt, tmp_path):
     root, rows = listed
     out = tmp_path / "d.fl"
-    pack(root / "list.csv", out, format=fmt, file_columns=("mask", "depth"), shard_size="20KB", progress=False)
+    pack(root / "list.csv", out, format=fmt, file_columns=("mask", "depth"), shard_size="20KB", progress=False,
+         mask_storage="file")  # the mask file as given (by default its rows: tests/samples/test_mask_rows.py)
     ds = fastload.PackedDataset(out)
     assert len(ds.manifest.shards) > 1  # records and their files cross shard boundaries
     assert ds.manifest.fields == {"boxes": "int64[*,4]", "caption": "str", "flipped": "bool",
@@ -112,7 +113,7 @@ def test_the_cli_packs_lists_and_verifies_file_fields(listed, tmp_path, cli):
     done = cli("pack", root / "list.csv", "-o", tmp_path / "d.fl", "--file-columns", "mask,depth")
     assert done.rc == 0, done.err
     info = cli("info", tmp_path / "d.fl")
-    assert "file fields (a file per record, beside its own): mask (mask), depth (npy)" in info.out
+    assert "file fields (a file per record, beside its own): mask (mask-rows), depth (npy)" in info.out
     assert "extra fields: boxes (int64[*,4]), caption (str), flipped (bool), tags (int64[2])" in info.out
     checked = cli("verify", tmp_path / "d.fl")
     assert "8 of 8 records checked with their file fields (mask, depth)" in checked.out
@@ -170,7 +171,7 @@ def test_a_damaged_first_file_does_not_decide_the_field_type(listed, tmp_path):
     write_rows(root / "broken.csv", rows)
     report = pack(root / "broken.csv", tmp_path / "d.fl", file_columns=("mask",), on_error="skip", progress=False)
     assert report.num_records == N - 1 and [s.rel for s in report.skipped_files] == ["img/0.jpg"]
-    assert fastload.PackedDataset(tmp_path / "d.fl").manifest.fields["mask"] == "mask"
+    assert fastload.PackedDataset(tmp_path / "d.fl").manifest.fields["mask"] == "mask-rows"
 
 
 def test_check_decode_decodes_file_fields_too(listed, tmp_path):
@@ -179,7 +180,8 @@ def test_check_decode_decodes_file_fields_too(listed, tmp_path):
     rows = list(csv.DictReader((root / "list.csv").read_text().splitlines()))
     rows[3]["mask"] = "ann/cut.png"
     write_rows(root / "cut.csv", rows)
-    assert pack(root / "cut.csv", tmp_path / "h.fl", file_columns=("mask",), progress=False).num_records == N
+    assert pack(root / "cut.csv", tmp_path / "h.fl", file_columns=("mask",), mask_storage="file",
+                progress=False).num_records == N  # as given, a header check reads the header alone
     report = pack(root / "cut.csv", tmp_path / "d.fl", file_columns=("mask",), check="decode", on_error="skip",
                   progress=False)
     assert [s.rel for s in report.skipped_files] == ["img/3.jpg"]
@@ -229,7 +231,7 @@ def grouped(tmp_path_factory):
 
 
 def test_a_basename_grouped_folder_round_trips(grouped, tmp_path):
-    report = pack(grouped, tmp_path / "d.fl", sidecars=True, progress=False)
+    report = pack(grouped, tmp_path / "d.fl", sidecars=True, mask_storage="file", progress=False)
     assert report.num_records == N and report.ignored == {}  # every .npy and .json is a field, none left out
     ds = fastload.PackedDataset(tmp_path / "d.fl")
     assert ds.classes == ["cat", "dog"]

@@ -71,13 +71,13 @@ def test_sidecar_names_give_the_fields_the_names_a_user_asks_for(tmp_path, cli):
     done = cli("pack", tmp_path / "seg", "--sidecars", "--sidecar-names", "png=mask,txt=caption")
     assert done.rc == 0, done.err
     ds = fastload.PackedDataset(tmp_path / "seg.fl", image_size=16, train=True, fields=("image", "mask", "caption"))
-    assert ds.manifest.fields == {"caption": "str", "mask": "mask"}
+    assert ds.manifest.fields == {"caption": "str", "mask": "mask-rows"}
     sample = ds[2]
     assert sample["mask"].shape == (16, 16) and set(sample["mask"].unique().tolist()) == {3}
     assert sample["caption"] == "picture 2"
     again = cli("pack", tmp_path / "seg", "--sidecars", "--sidecar-names", "png=label_map", "--overwrite")
     assert again.rc == 0, again.err  # another name is another pack, not "already packed"
-    assert fastload.PackedDataset(tmp_path / "seg.fl").manifest.fields == {"label_map": "mask", "txt": "str"}
+    assert fastload.PackedDataset(tmp_path / "seg.fl").manifest.fields == {"label_map": "mask-rows", "txt": "str"}
 
 
 @pytest.mark.parametrize("names, message", [

@@ -88,7 +88,7 @@ def test_written_samples_read_back_as_the_same_samples_packed_from_files(tmp_pat
     pack(files / "list.csv", tmp_path / "f.fl", file_columns=["mask"], progress=False, format="hdf5")
     w, f = fastload.PackedDataset(tmp_path / "w.fl"), fastload.PackedDataset(tmp_path / "f.fl")
     assert w.manifest.fields == f.manifest.fields == {"caption": "str", "score": "float64", "n": "int64",
-                                                      "mask": "mask"}
+                                                      "mask": "mask-rows"}
     assert w.manifest.packed["layout"] == "writer" and w.manifest.kind == "images"
     assert w.manifest.packed["encoded"] == {"format": "PNG", "lossless": True, "images": COUNT // 2}
     for i, s in enumerate(samples):
