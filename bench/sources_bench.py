@@ -1,9 +1,10 @@
-"""Packing the same photos from each way in, side by side: a folder, WebDataset tars, Parquet.
+"""Packing the same photos from each way in, side by side: a folder, WebDataset tars, Parquet, a torch Dataset.
 
 The sources are made once from one ImageFolder tree (``--work`` keeps them between runs): tars of
 ``--per-tar`` samples in WebDataset's layout (``<key>.jpg`` + ``<key>.cls``), and one Parquet file
 with the JPEG bytes in a binary column and the label beside it (row groups of ``--row-group``
-rows). Every row then packs to LMDB in a fresh Python process, as a user's ``fastload pack``
+rows); the "dataset" row is the folder as an in-memory torch Dataset (``PhotoFiles``) whose items
+read each file's bytes, packed with its default worker processes. Every row then packs to LMDB in a fresh Python process, as a user's ``fastload pack``
 does, timed around the ``fastload.pack(...)`` call; a warm page cache for every source (each is
 read once before the timed runs), the repeats in rotated order, medians reported. The target
 (issue 27): every source packs at >= 0.9x the folder's records/s.
@@ -26,6 +27,8 @@ import tarfile
 import time
 from pathlib import Path
 
+import torch.utils.data
+
 REPO = Path(__file__).resolve().parent.parent
 TARGET = 0.9  # each source's records/s over the folder's
 
@@ -33,8 +36,12 @@ PACK_CHILD = """
 import json, sys, time
 import fastload
 src, out, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+as_dataset = options.pop("as_dataset", False)
+if as_dataset:  # torch imported before the clock starts, as a training script has it
+    sys.path.insert(0, sys.argv[4])
+    from sources_bench import PhotoFiles
 start = time.perf_counter()
-report = fastload.pack(src, out, overwrite=True, progress=False, **options)
+report = fastload.pack(PhotoFiles(src) if as_dataset else src, out, overwrite=True, progress=False, **options)
 print(json.dumps({"seconds": time.perf_counter() - start, "num_records": report.num_records,
                   "total_bytes": report.total_bytes, "skipped": report.skipped}))
 """
@@ -48,7 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--per-tar", type=int, default=1000, help="samples per tar (default 1000, ~110 MB)")
     p.add_argument("--row-group", type=int, default=256, help="Parquet rows per row group (default 256)")
-    p.add_argument("--rows", default="folder,tars,parquet", help="which sources (default: all)")
+    p.add_argument("--rows", default="folder,tars,parquet,dataset", help="which sources (default: all)")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     args = p.parse_args(argv)
     if not args.src.is_dir():
@@ -60,6 +67,20 @@ def listing(src: Path) -> list[tuple[Path, int]]:
     """(file, label) in the folder pack's record order: classes sorted, files sorted in each."""
     classes = sorted(d.name for d in src.iterdir() if d.is_dir())
     return [(src / c / name, label) for label, c in enumerate(classes) for name in sorted(os.listdir(src / c))]
+
+
+class PhotoFiles(torch.utils.data.Dataset):
+    """The folder's photos in its pack's order: ``(JPEG bytes, label)``, each file read when asked for."""
+
+    def __init__(self, src: str) -> None:
+        self.files = listing(Path(src))
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int) -> tuple[bytes, int]:
+        path, label = self.files[i]
+        return path.read_bytes(), label
 
 
 def make_tars(files: list[tuple[Path, int]], folder: Path, per_tar: int) -> Path:
@@ -105,8 +126,8 @@ def pack_once(src: str, out: Path, options: dict) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     os.sync()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
-    done = subprocess.run([sys.executable, "-c", PACK_CHILD, src, str(out), json.dumps(options)],
-                          capture_output=True, text=True, env=env)
+    done = subprocess.run([sys.executable, "-c", PACK_CHILD, src, str(out), json.dumps(options), str(REPO / "bench")],
+                          check=False, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(f"pack of {src} failed (rc {done.returncode}):\n{done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -117,7 +138,8 @@ def main(args: argparse.Namespace) -> int:
     files = listing(args.src)
     tars = make_tars(files, args.work / "tars", args.per_tar)
     parquet = make_parquet(files, args.work / "photos.parquet", args.row_group)
-    rows: dict[str, tuple[str, dict]] = {"folder": (str(args.src), {}), "tars": (str(tars), {})}
+    rows: dict[str, tuple[str, dict]] = {"folder": (str(args.src), {}), "tars": (str(tars), {}),
+                                         "dataset": (str(args.src), {"as_dataset": True})}
     if parquet is not None:
         rows["parquet"] = (str(parquet), {"image_column": "jpg", "label_column": "label"})
     rows = {name: row for name, row in rows.items() if name in args.rows.split(",")}
