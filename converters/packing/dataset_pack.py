@@ -29,7 +29,7 @@ from fastload.converters.packing.plan import Journal, JournalWriteError, ShardPl
 from fastload.converters.packing.report import PackReport, write_error
 from fastload.converters.sources.items import SourceItem, SourceListing
 from fastload.converters.sources.samples import KEY, Schema
-from fastload.converters.sources.torch_dataset import Read, ReadSettings, json_values
+from fastload.converters.sources.torch_dataset import Read, ReadSettings, json_values, stored_types
 from fastload.converters.writers import WRITERS
 from fastload.converters.writers.behind import WriteBehind, WriteFailed
 
@@ -52,9 +52,10 @@ class DatasetPackJob:
         self.progress = sys.stderr.isatty() if progress is None else progress
         quality = options["reencode"]["quality"] if options["reencode"] else None
         self.settings = ReadSettings(quality, options["check"] == "decode", options["max_pixels"],
-                                     options["max_file_size"])
+                                     options["max_file_size"], options.get("mask_storage", "rows"))
         # what a resume must find unchanged (the worker count changes nothing written)
         self.content = {"format_version": FORMAT_VERSION, "storage": options["storage"], "quality": quality,
+                        "mask_storage": self.settings.mask_storage,
                         **{k: options[k] for k in ("shard_size", "check", "max_pixels", "on_error")}}
         classes = getattr(dataset, "classes", None)  # torchvision's datasets name their classes so
         self.classes = list(classes) if isinstance(classes, (list, tuple)) and classes and all(
@@ -127,7 +128,7 @@ class DatasetPackJob:
             raise PackError(f"{out / PACK_STATE_DIR}: cannot hold the pack's working files ({exc.strerror})") from None
         todo = [shard for shard, done in zip(plan.shards(), records) if done is None]
         keys = {key for r in records if r is not None for key in r["keys"]}
-        writer = _ShardWriter(out, self.options, plan.schema().file_types, keys)
+        writer = _ShardWriter(out, self.options, stored_types(plan.schema(), self.settings), keys)
         bar = _bar(sum(s.end - s.start for s in todo), self.progress)
         with interrupt_between_files() as check_interrupt:
             behind = WriteBehind()
@@ -165,7 +166,8 @@ class DatasetPackJob:
                 values.setdefault(name, []).extend(column)
             numbered.append({**record, "items": list(range(first, len(items)))})
         listing = SourceListing(root=Path(self.name), layout="dataset", items=items, classes=self.classes,
-                                fields=schema.index_types, field_values=values, file_fields=schema.file_types,
+                                fields=schema.index_types, field_values=values,
+                                file_fields=stored_types(schema, self.settings),
                                 images=True)
         digest = xxhash.xxh3_128(json.dumps([FORMAT_VERSION, self.content, schema.types]).encode())
         for record in records:

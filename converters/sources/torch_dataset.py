@@ -40,6 +40,13 @@ class ReadSettings:
     decode: bool
     max_pixels: int
     max_file_size: int
+    mask_storage: str = "rows"  # "rows": a mask field stored as its values' rows (type mask-rows)
+
+
+def stored_types(schema: Schema, settings: ReadSettings) -> dict[str, str]:
+    """Each file field's type as stored: a mask as rows unless ``mask_storage="file"`` (as the writer's)."""
+    types = schema.file_types
+    return types if settings.mask_storage == "file" else {n: "mask-rows" if t == "mask" else t for n, t in types.items()}
 
 
 @dataclass
@@ -77,7 +84,7 @@ def read_item(dataset: Any, schema: Schema, settings: ReadSettings, index: int) 
                     trace="".join(traceback.format_exception(exc)))
     try:
         checked = schema.check(as_sample(item), index)
-        payloads = to_payloads(checked, schema.file_types, settings.quality, decode=settings.decode,
+        payloads = to_payloads(checked, stored_types(schema, settings), settings.quality, decode=settings.decode,
                                max_pixels=settings.max_pixels, max_file_size=settings.max_file_size)
     except BadSample as exc:
         return Read(index, reason=exc.reason)

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch.utils.data
 from fastload.converters.sources.torch_dataset import is_sequence_source
@@ -40,6 +41,7 @@ class Photos(torch.utils.data.Dataset):
             raise ValueError(f"cannot read photo {i}")
         time.sleep(self.delay)
         image, fields = make_jpeg(24 + i % 5, 20 + i % 3, seed=i + self.shift), {"caption": f"photo {i}", "n": i * 7}
+        fields["mask"] = np.arange((20 + i % 3) * (24 + i % 5), dtype=np.uint8).reshape(20 + i % 3, 24 + i % 5) % 5
         if self.form == "tuple":
             return image, i % 3, fields
         return {"image": image, "label": i % 3, **fields}
@@ -72,12 +74,12 @@ def test_a_torch_dataset_reads_back_as_the_writer_writes_its_samples(reference, 
             image, label, fields = Photos()[i]
             w.write({"image": image, "label": label, **fields})
     packed, written = fastload.PackedDataset(reference), fastload.PackedDataset(tmp_path / "w.fl")
-    assert packed.manifest.fields == written.manifest.fields == {"caption": "str", "n": "int64"}
+    assert packed.manifest.fields == written.manifest.fields == {"caption": "str", "n": "int64", "mask": "mask-rows"}
     assert packed.manifest.packed["layout"] == "dataset" and packed.manifest.kind == "images"
     for i in range(COUNT):
         a, b = packed.record(i), written.record(i)
         assert a["data"] == b["data"] == Photos()[i][0]
-        for name in ("label", "caption", "n", "width", "height", "path"):
+        for name in ("label", "caption", "n", "width", "height", "path", "mask"):
             assert a[name] == b[name]
     assert fastload.verify(reference, decode=True).ok
 
@@ -179,7 +181,7 @@ def test_the_docs_example_packs_the_records_a_folder_pack_makes(tmp_path, monkey
         (tmp_path / "photos" / f"class-{k % 2}").mkdir(parents=True, exist_ok=True)
         (tmp_path / "photos" / f"class-{k % 2}" / f"{k}.jpg").write_bytes(make_jpeg(20 + k, 16, seed=k))
     monkeypatch.chdir(tmp_path)
-    exec(compile(example, "docs/python-api.md", "exec"), {"__name__": "docs_example"})
+    exec(compile(example, "docs/python-api.md", "exec"), {"__name__": "docs_example"})  # noqa: S102 - the page's own example
     fastload.pack(tmp_path / "photos", tmp_path / "folder.fl", progress=False)
     packed, folder = fastload.PackedDataset(tmp_path / "photos.fl"), fastload.PackedDataset(tmp_path / "folder.fl")
     assert len(packed) == len(folder) == 6 and packed.classes == folder.classes == ["class-0", "class-1"]
