@@ -88,14 +88,11 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
     must resolve inside ``root`` (default: the list's folder) unless ``allow_outside_root``; none
     is ever read from /proc, /sys or /dev (see converters.sources.confine).
 
-    Tables (a ``.parquet``, ``.arrow`` or ``.feather`` file, a folder of them, a Hugging Face
-    A map-style dataset as SRC (a torch ``Dataset``, or any sequence with ``len`` and ``[i]``; it
-    needs ``out``) packs one record per item, read in ``workers`` processes (default: one per CPU)
-    and written in index order: an item is a dict of fields as ``fastload.Writer.write`` takes, or a
-    tuple ``(image, label)`` / ``(image, label, {fields})``; ``quality`` encodes its PIL images and
-    arrays as JPEG (default PNG). Killed, the same call resumes from the finished shards, once a few
-    of their items read back the same (see converters.packing.dataset_pack).
+    A map-style dataset as SRC (a torch ``Dataset``, or a sequence of samples as ``Writer.write`` takes
+    them or ``(image, label[, {fields}])`` tuples; it needs ``out``) packs one record per item, read
+    in ``workers`` processes, resumable after a kill (see converters.packing.dataset_pack).
 
+    Tables (a ``.parquet``, ``.arrow`` or ``.feather`` file, a folder of them, a Hugging Face
     ``save_to_disk`` folder, or SRC an in-memory ``datasets.Dataset``, which needs ``out``) pack
     one record per row (see converters.sources.tables): ``image_column`` holds the image bytes
     (default: the one binary column, or HF ``Image`` column), ``label_column`` the label (default:
@@ -163,8 +160,7 @@ def _pack_object(src: Any, out: str | os.PathLike[str], table: dict[str, Any], s
     out_path = Path(os.path.realpath(local_path(out)))
     if is_sequence_source(src):
         if any(v is not None for v in table.values()):
-            raise ValueError("image_column=, label_column= and columns= are for tables; a dataset's items name "
-                             "their fields ({'image': ..., 'label': ...})")
+            raise ValueError("image_column=, label_column=, columns= are for tables; a dataset's items name their fields")
         with DatasetPackJob(src, {**options, "workers": checked["workers"] or default_dataset_workers()},
                             progress, overwrite) as job:
             report = _pack_local(job, out_path, overwrite)
