@@ -21,6 +21,7 @@ _LAZY = {
     "PackReport": "fastload.converters.packing.report",
     "Writer": "fastload.converters.sources.writer",
     "PackedDataset": "fastload.dataset",
+    "MixedDataset": "fastload.samples.mixed",
     "DataLoader": "fastload.loading.loader",
     "LoaderSettings": "fastload.loading.settings",
     "tune": "fastload.loading.tuner",
@@ -39,7 +40,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BucketNotFound", "CacheWarning", "CorruptRecordError", "DataLoader", "DatasetNotFoundError", "FastloadError", "LoaderSettings",
-    "ManifestError", "MissingDependencyError", "PackError", "PackedDataset", "RemoteAccessDenied", "RemoteNotFound",
+    "ManifestError", "MissingDependencyError", "MixedDataset", "PackError", "PackedDataset", "RemoteAccessDenied", "RemoteNotFound",
     "RemoteReadError", "SkippedRecordWarning", "SourceError", "SourceNotFoundError", "VerifyReport", "__version__",
     "PackReport", "Writer", "describe", "pack", "tune", "verify",
 ]

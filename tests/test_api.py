@@ -30,7 +30,7 @@ def test_the_signatures_the_api_page_writes_out_are_the_codes():
     objects = {"fastload.converters.packing.loop": pack, "fastload.pack": pack, "fastload.PackedDataset": fastload.PackedDataset,
                "fastload.verify": fastload.verify, "fastload.tune": fastload.tune,
                "fastload.describe": fastload.describe, "fastload.DataLoader": fastload.DataLoader,
-               "fastload.Writer": fastload.Writer}
+               "fastload.Writer": fastload.Writer, "fastload.MixedDataset": fastload.MixedDataset}
     page = (REPO / "docs" / "python-api.md").read_text()
     calls = re.findall(r"`((?:fastload|converters)\.\w+)\(([^`]*?)\)(?: -> \w+)?`", page.replace("\n  ", " "))
     assert len(calls) >= 4

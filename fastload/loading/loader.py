@@ -164,8 +164,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             sampler.running = progress
         self._progress = progress
         from fastload.dataset import PackedDataset
+        from fastload.samples.mixed import MixedDataset
 
-        if isinstance(self.dataset, PackedDataset):  # in an object store: fetch ahead into the node cache
+        if isinstance(self.dataset, (PackedDataset, MixedDataset)):  # in a store: fetch ahead into the node cache
             self.dataset.fill_cache()
         inner: Any = None
         if self._tail is not None:  # already on the device, normalised
@@ -206,9 +207,12 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         else:  # no iteration yet, or set_epoch()/load_state_dict() chose the next one
             epoch, position = sampler.upcoming()
             consumed = sampler.consumed if epoch == sampler.epoch else 0
-        return {"epoch": epoch, "position": position, "consumed": consumed, "seed": sampler.seed,
-                "num_samples": sampler.num_samples, "world_size": sampler.world_size,
-                "rank": sampler.rank, "shuffle": sampler.shuffle, "drop_last": sampler.drop_last}
+        state = {"epoch": epoch, "position": position, "consumed": consumed, "seed": sampler.seed,
+                 "num_samples": sampler.num_samples, "world_size": sampler.world_size,
+                 "rank": sampler.rank, "shuffle": sampler.shuffle, "drop_last": sampler.drop_last}
+        if sampler.mix is not None:  # a MixedDataset's sources and counts
+            state["mix"] = sampler.mix.signature()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next iteration yields exactly the samples the saved loader had not delivered.
@@ -228,6 +232,10 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             return
         if "seed" in state and not sampler.seed_given:
             sampler.seed = state["seed"]  # drawn from torch's RNG when saved: resume that run's order
+        mix = None if sampler.mix is None else sampler.mix.signature()
+        if state.get("mix") != mix:
+            raise ValueError(f"load_state_dict: the state was saved from the mix {state.get('mix')} but this "
+                             f"loader's is {mix}; resume with the same sources and shares")
         for name in ("seed", "num_samples", "shuffle", "drop_last"):
             if name in state and state[name] != getattr(sampler, name):
                 raise ValueError(f"load_state_dict: the state has {name}={state[name]!r} but this loader "

@@ -80,16 +80,17 @@ def rebuilt_arguments(dataset: Any, batch_size: int | None, shuffle: bool | None
 
 
 def wants_epoch_sampler(dataset: Any, distributed: bool | None) -> bool:
-    """Whether fastload's EpochSampler orders ``dataset``: a PackedDataset, or with ``distributed=True``
-    any map-style dataset."""
+    """Whether fastload's EpochSampler orders ``dataset``: a PackedDataset or a MixedDataset, or with
+    ``distributed=True`` any map-style dataset."""
     from fastload.dataset import PackedDataset
+    from fastload.samples.mixed import MixedDataset
 
     if isinstance(dataset, torch.utils.data.IterableDataset):
         if distributed:
             raise ValueError("distributed=True needs a map-style dataset; an IterableDataset must "
                              "split itself across ranks")
         return False
-    return isinstance(dataset, PackedDataset) or bool(distributed)
+    return isinstance(dataset, (PackedDataset, MixedDataset)) or bool(distributed)
 
 
 def epoch_sampler_for(dataset: Any, shuffle: bool | None, seed: int | None, generator: Any, drop_last: bool,
@@ -98,9 +99,12 @@ def epoch_sampler_for(dataset: Any, shuffle: bool | None, seed: int | None, gene
     rank, world_size = _rank_and_world(distributed)
     if seed is None and generator is None and world_size > 1:
         seed = 0  # ranks must share one order: DistributedSampler's default seed
-    return EpochSampler(len(dataset), shuffle=bool(shuffle), seed=seed, rank=rank,  # type: ignore[arg-type]
-                        world_size=world_size, drop_last=drop_last,
-                        keyed=uses_builtin_pipeline(dataset), generator=generator)
+    from fastload.samples.mixed import MixedDataset
+
+    mix = dataset.plan if isinstance(dataset, MixedDataset) else None  # its epoch: the mix's draws
+    return EpochSampler(len(dataset) if mix is None else mix.epoch_length, shuffle=bool(shuffle),  # type: ignore[arg-type]
+                        seed=seed, rank=rank, world_size=world_size, drop_last=drop_last,
+                        keyed=uses_builtin_pipeline(dataset), generator=generator, mix=mix)
 
 
 def _rank_and_world(distributed: bool | None) -> tuple[int, int]:

@@ -49,8 +49,9 @@ class LoaderSettings:
 
 def uses_builtin_pipeline(dataset: Dataset) -> bool:
     from fastload.dataset import PackedDataset
+    from fastload.samples.mixed import MixedDataset
 
-    return isinstance(dataset, PackedDataset) and dataset.pipeline is not None
+    return isinstance(dataset, (PackedDataset, MixedDataset)) and dataset.pipeline is not None
 
 
 def resolve_settings(dataset: Dataset, *, batch_size: int | None, num_workers: int | str,
