@@ -36,6 +36,8 @@ def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[s
     shard_col = np.concatenate([np.full(len(r["items"]), first + k, dtype=np.int32) for k, r in enumerate(records)])
     classes, labels = listing.classes, np.array([listing.items[i].label for i in items], dtype=np.int64)
     if base is not None:  # new class names after the dataset's: its labels keep their meaning
+        base.check(storage, {**listing.fields, **listing.file_fields}, classes, labels,
+                   all(listing.is_image(listing.items[i]) for i in items), listing.root)
         classes, labels = base.labels(classes, labels)
     columns: dict[str, np.ndarray] = {
         "label": labels,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from fastload.converters.destination.out_dir import PackLock, inspect_out
 from fastload.converters.packing.plan import ShardPlan, plan_digest
 from fastload.converters.packing.report import PackReport, already_packed
 from fastload.converters.sources.items import Skip
+from fastload.converters.sources.samples import Schema
 
 from fastload.errors import PackError
 from fastload.format import (
@@ -84,7 +86,10 @@ class AppendBase:
     @classmethod
     def open(cls, out: Path) -> AppendBase:
         """The dataset at ``out``; a folder that is not one, or holds more, is refused."""
-        found = inspect_out(out)
+        try:
+            found = inspect_out(out)
+        except PackError as exc:  # a folder of other files, a manifest of something else
+            raise PackError(f"{out}: is not a fastload dataset --append can add to ({exc})") from None
         if found.state != "dataset" or found.manifest is None:
             raise PackError(f"{out}: is not a fastload dataset (no {MANIFEST_NAME}); --append adds to a finished "
                             f"dataset: pack the first source without --append")
@@ -114,6 +119,7 @@ class AppendBase:
             if folder.is_dir() and not folder.is_symlink():
                 for name in os.listdir(folder):
                     remove_entry(folder / name)
+                folder.rmdir()
 
     def renumber(self, plans: list[ShardPlan]) -> list[ShardPlan]:
         """The shard plan numbered after the dataset's shards."""
@@ -125,16 +131,10 @@ class AppendBase:
         old, out = self.manifest, self.out
         if storage != old.storage:
             raise PackError(f"{out}: holds {old.storage} shards; an append adds shards of the same kind, not {storage}")
-        for name, dtype in {**old.fields, **fields}.items():
-            if name not in fields:
-                raise PackError(f"{where}: has no field {name!r} ({dtype}), which every record of {out} has; "
-                                "an append's records have the dataset's fields")
-            if name not in old.fields:
-                raise PackError(f"{where}: field {name!r} ({dtype}) is new: {out} has no such field; an append's "
-                                f"records have the dataset's fields ({', '.join(old.fields) or 'none'})")
-            if old.fields[name] != dtype:
-                raise PackError(f"{where}: field {name!r} is {dtype}, in {out} it is {old.fields[name]}; an "
-                                "append's fields have the dataset's types")
+        problem = _field_mismatch(old.fields, fields)
+        if problem is not None:
+            raise PackError(f"{where}: {problem} {out}; an append's records have the dataset's fields and types "
+                            f"({', '.join(f'{n}: {t}' for n, t in old.fields.items()) or 'none'})")
         if old.kind == "images" and not images:
             raise PackError(f"{where}: holds files that are not images, and {out} is a dataset of images; "
                             "pack them into a dataset of their own")
@@ -196,6 +196,22 @@ class AppendBase:
                                                      "skipped_report": SKIPPED_REPORT_NAME if total else None})
 
 
+def _field_mismatch(old: Mapping[str, str], new: Mapping[str, str]) -> str | None:
+    """The first field that differs, in words that end before the dataset's name, or None."""
+    for name, dtype in {**old, **new}.items():
+        if name not in new:
+            return f"has no field {name!r} ({dtype}), which every record has in"
+        if name not in old:
+            return f"field {name!r} ({dtype}) is new, no record has it in"
+        if old[name] != dtype:
+            return f"field {name!r} is {dtype}, it is {old[name]} in"
+    return None
+
+
+def _as_given(types: Mapping[str, str]) -> dict[str, str]:
+    return {n: "mask" if t == "mask-rows" else t for n, t in types.items()}  # a writer is given a mask as one
+
+
 def _version_facts(version: int, packed: dict[str, Any], records: int, shards: int, skipped: Any) -> dict[str, Any]:
     return {"version": version, "source": packed.get("source"), "created": packed.get("created"),
             "records": records, "shards": shards, "skipped": skipped}
@@ -217,3 +233,23 @@ def pack_append(job: Any, out: Path) -> PackReport:
         report = job.pack_into(out)
     report.out = out
     return report
+
+
+def writer_schema(base: AppendBase, format: str | None, fields: Mapping[str, str] | None,
+                  classes: list[str] | None) -> tuple[str, Schema]:
+    """What a ``fastload.Writer(append=True)`` writes: the dataset's storage kind, and its samples
+    checked against the dataset's fields and classes (or those given, which must fit them)."""
+    old = base.manifest
+    given = dict(fields) if fields is not None else _as_given(old.fields)
+    problem = _field_mismatch(_as_given(old.fields), _as_given(given))
+    if problem is not None:
+        raise PackError(f"fields=: {problem} {base.out}; leave fields out to write the dataset's ("
+                        f"{', '.join(f'{n}: {t}' for n, t in old.fields.items()) or 'none'})")
+    if format is not None and format != old.storage:
+        raise PackError(f"{base.out}: holds {old.storage} shards, and an append adds shards of the dataset's "
+                        f"kind; pass format={old.storage!r} (or leave it out), not {format!r}")
+    schema = Schema(given, classes if classes is not None else old.classes)
+    # without class names a label is a number: the samples have one when the dataset's records do
+    labels = load_column(base.out, "label", old.index["label"], old.num_records)
+    schema.has_label = old.classes is not None or classes is not None or bool(np.any(labels >= 0))
+    return old.storage, schema

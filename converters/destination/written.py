@@ -5,7 +5,8 @@ The rules are ``pack``'s (converters.destination.out_dir): OUT is new, an unfini
 working files are cleared: a writer does not resume) or, with ``overwrite``, a finished dataset
 that holds nothing else, replaced only once the new one is complete. Nothing is a dataset before
 its manifest is written, last: a writer given up (an exception in its ``with`` block) or killed
-leaves none, and an overwritten dataset stays as it was.
+leaves none, and an overwritten dataset stays as it was. An append (converters.destination.append)
+writes its shards into OUT after the dataset's; given up or killed, OUT stays the old version.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fastload.converters.destination.append import AppendBase
 from fastload.converters.destination.out_dir import (
     PackLock,
     claim_staging,
@@ -28,7 +30,7 @@ from fastload.converters.packing.report import PackReport
 
 from fastload.errors import PackError
 from fastload.format import INDEX_DIR, MANIFEST_NAME, PACK_STATE_DIR, Manifest
-from fastload.format.files import remove_entry
+from fastload.format.files import ensure_dir, remove_entry
 from fastload.format.folder import left_by_a_pack
 from fastload.format.layout import PACK_LOCK_NAME, PACK_OWNER_NAME, STAGING_MARKER_NAME
 from fastload.storage.remote import RemoteStore
@@ -39,11 +41,13 @@ class WrittenOut:
     URL), locked from construction until ``publish`` or ``give_up``."""
 
     def __init__(self, out: Path | None, store: RemoteStore | None, overwrite: bool,
-                 staging: str | os.PathLike[str] | None) -> None:
+                 staging: str | os.PathLike[str] | None, append: bool = False) -> None:
         self.out, self.store, self.overwrite = out, store, overwrite
         self.locks: list[PackLock] = []  # OUT's, then the written folder's (when they differ)
         self.old: Manifest | None = None  # a dataset at OUT being replaced
-        self.folder = self._store_staging(staging) if store is not None else self._local()
+        self.base: AppendBase | None = None  # the dataset at OUT being appended to
+        self.folder = (self._append() if append else
+                       self._store_staging(staging) if store is not None else self._local())
 
     @property
     def where(self) -> str:
@@ -86,6 +90,26 @@ class WrittenOut:
         prepare_out(new)
         return self._lock(new)
 
+    def _append(self) -> Path:
+        """OUT, a finished dataset, locked; what an interrupted append left there is cleared (a
+        writer does not resume), so the shards written go after the dataset's."""
+        if self.store is not None:
+            raise PackError(f"{self.store.url}: appending to a dataset in an object store is not supported yet; "
+                            "append to a local copy and upload that")
+        if self.overwrite:
+            raise ValueError("append=True adds to the dataset at out, overwrite=True replaces it: choose one")
+        assert self.out is not None
+        AppendBase.open(self.out)  # not a dataset: refused before a lock file is made there
+        self.locks.append(PackLock(self.out).__enter__())
+        try:
+            self.base = AppendBase.open(self.out)  # again, under the lock
+            self.base.clear_leftovers()
+            ensure_dir(self.out / PACK_STATE_DIR, 0o700)
+        except BaseException:
+            self._release()
+            raise
+        return self.out
+
     def _lock(self, folder: Path) -> Path:
         self.locks.append(PackLock(folder).__enter__())
         if inspect_out(folder).state == "dataset":  # finished by a pack that held the lock before
@@ -120,6 +144,9 @@ class WrittenOut:
 
     def give_up(self) -> None:
         """Delete what was written; OUT is left as it was before (new: gone again)."""
+        if self.base is not None:  # an append: the dataset's own files stay, only the new ones go
+            self.base.clear_leftovers()
+            return self._release()
         self._release()
         _clear(self.folder, everything=True)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 import xxhash
+from fastload.converters.destination.append import writer_schema
 from fastload.converters.destination.written import WrittenOut
 from fastload.converters.finalize import finalize
 from fastload.converters.packing.report import PackReport, write_error
@@ -44,9 +45,11 @@ class Writer:
 
     Args:
         out: The dataset folder to create, or a store URL (``s3://bucket/train.fl``).
-        format: Shard storage, ``"lmdb"`` or ``"hdf5"``.
+        format: Shard storage, ``"lmdb"`` (the default) or ``"hdf5"``; an append's is the dataset's.
         shard_size: Bytes per shard (``"256MB"``); a shard is cut before the record that would pass it.
         overwrite: Replace a finished dataset at ``out``, once the new one is complete.
+        append: Add the samples to the finished dataset at ``out`` as its next version (its fields,
+            classes and storage by default; see converters.destination.append).
         fields: Every field's type (``{"caption": "str", "boxes": "float64[*,4]", "seg": "mask"}``);
             default: typed from the first sample.
         classes: Class names: a label may then be given as a name.
@@ -60,14 +63,14 @@ class Writer:
             crop decodes its own rows alone); ``"file"``: as a one-channel PNG (type "mask").
     """
 
-    def __init__(self, out: str | os.PathLike[str], *, format: StorageKind = "lmdb", shard_size: str | int = "256MB",
-                 overwrite: bool = False, fields: Mapping[str, str] | None = None, classes: list[str] | None = None,
+    def __init__(self, out: str | os.PathLike[str], *, format: StorageKind | None = None, shard_size: str | int = "256MB",
+                 overwrite: bool = False, append: bool = False, fields: Mapping[str, str] | None = None, classes: list[str] | None = None,
                  quality: int | None = None, on_error: Literal["fail", "skip"] = "fail",
                  check: Literal["header", "decode"] = "header", workers: int | None = None,
                  max_pixels: int = MAX_PIXELS, max_file_size: str | int = MAX_FILE_SIZE,
                  storage_options: dict[str, Any] | None = None, staging: str | os.PathLike[str] | None = None,
                  mask_storage: Literal["rows", "file"] = "rows") -> None:
-        if format not in WRITERS:
+        if format is not None and format not in WRITERS:
             raise ValueError(f"format={format!r}: choose one of {', '.join(WRITERS)}")
         if on_error not in ("fail", "skip") or check not in ("header", "decode"):
             raise ValueError(f"on_error={on_error!r}, check={check!r}: choose 'fail' or 'skip', 'header' or 'decode'")
@@ -77,7 +80,7 @@ class Writer:
             raise ValueError(f"mask_storage={mask_storage!r}: choose 'rows' (a crop decodes its rows alone) or 'file'")
         self.mask_storage = mask_storage
         self.started = time.perf_counter()
-        self.storage, self.quality, self.on_error, self.overwrite = format, quality, on_error, overwrite
+        self.storage, self.quality, self.on_error, self.overwrite = format or "lmdb", quality, on_error, overwrite
         self.decode, self.max_pixels = check == "decode", max_pixels
         self.shard_size = parse_size(shard_size, name="shard_size")
         self.max_file_size = parse_size(max_file_size, name="max_file_size")
@@ -85,8 +88,15 @@ class Writer:
         self.store = RemoteStore(str(out), storage_options) if is_remote(out) else None
         self.out = Path(os.path.realpath(local_path(out))) if self.store is None else None
         self.report: PackReport | None = None
-        self.written = WrittenOut(self.out, self.store, overwrite, staging)
-        self.folder = self.written.folder
+        self.written = WrittenOut(self.out, self.store, overwrite, staging, append)
+        self.folder, base = self.written.folder, self.written.base
+        if base is not None:  # the dataset's storage, fields and classes; shards numbered after its
+            try:
+                self.storage, self.schema = writer_schema(base, format, fields, classes)
+            except BaseException:
+                self.written.give_up()
+                raise
+        self.first_shard = base.first_shard if base is not None else 0
         self.items: list[SourceItem] = []
         self.values: dict[str, list[Any]] = {}
         self.skipped: list[Skip] = []
@@ -171,7 +181,7 @@ class Writer:
             self.values.setdefault(name, []).append(value)
 
     def _start_shard(self) -> None:
-        name = shard_name(self.storage, len(self.records))
+        name = shard_name(self.storage, self.first_shard + len(self.records))
         final, tmp = self.folder / name, self.folder / PACK_STATE_DIR / (name + ".tmp")
         record: dict[str, Any] = {"file": name, "skips": [], "offset": 0, "position": 0,
                                   "files": {f: {part + "s": [] for part in FILE_COLUMNS} for f in self.schema.file_types},
@@ -233,7 +243,7 @@ class Writer:
                    "restart_markers": False}
         try:
             report = finalize(self.folder, self.storage, listing, self.records, options, (), digest.hexdigest(),
-                              extra={"encoded": {**encoder, "images": self.encoded}})
+                              extra={"encoded": {**encoder, "images": self.encoded}}, base=self.written.base)
         except OSError as exc:
             raise PackError(write_error(self.folder, "the index and manifest", exc)) from None
         return self.written.publish(report, digest.hexdigest())

@@ -44,7 +44,8 @@ def pack_command(args: argparse.Namespace) -> int:
                           "would otherwise expand) or pass the folder that holds them")
     report = pack(args.src[0], args.out, format=args.format, shard_size=args.shard_size, workers=args.workers,
                   extensions=args.extensions, on_error=args.on_error, max_side=args.max_side,
-                  quality=args.quality, overwrite=args.overwrite, progress=False if args.quiet else None,
+                  quality=args.quality, overwrite=args.overwrite, append=args.append,
+                  progress=False if args.quiet else None,
                   layout=args.layout, check=args.check, max_pixels=args.max_pixels,
                   restart_markers=args.restart_markers, max_file_size=args.max_file_size,
                   storage_options=_storage_options(args), staging=args.staging, sidecars=args.sidecars,

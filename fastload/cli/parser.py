@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "of small objects (s3://bucket/images/)")
     p.add_argument("-o", "--out", help="output dataset folder or store URL (s3://bucket/images.fl; "
                                        "default: SRC.fl next to SRC)")
-    p.add_argument("--format", choices=["lmdb", "hdf5"], default="lmdb", help="shard storage (default lmdb)")
+    p.add_argument("--format", choices=["lmdb", "hdf5"], default=None,
+                   help="shard storage: lmdb or hdf5 (default lmdb; with --append the dataset's)")
     p.add_argument("--shard-size", default="256MB", help="target shard size, e.g. 256MB, 1GiB (default 256MB)")
     p.add_argument("--workers", type=int, default=None, help="parallel reads: 8×N files read ahead, N decode threads (default 4 per core, 4..16)")
     p.add_argument("--extensions", nargs="+", default=None, metavar="EXT",
@@ -127,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="replace a finished dataset at OUT once the new one is complete (only a "
                         "folder holding a fastload dataset alone; an identical re-run does nothing)")
+    p.add_argument("--append", action="store_true",
+                   help="add SRC's records to the finished dataset at OUT as its next version: new shards and "
+                        "index, its files never rewritten, readers opened before keep their version")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_storage_option(p)
     p.add_argument("--staging", metavar="DIR", default=None,

@@ -145,9 +145,6 @@ def split_generation(name: str) -> tuple[str, str]:
     return (head + "/", rest) if sep and GENERATION_DIR.match(head) else ("", name)
 
 
-def shard_name(storage: StorageKind, number: int) -> str:
-    """File name of shard ``number``: ``shard-00007.lmdb`` or ``shard-00007.h5``."""
-    return f"shard-{number:05d}{SHARD_SUFFIX[storage]}"
 def version_dir(version: int) -> str:
     """``v00002``: the folder (under INDEX_DIR) of version ``version``'s index, from version 2 on."""
     return f"v{version:05d}"
@@ -158,6 +155,9 @@ def version_manifest_name(version: int) -> str:
     return f"{VERSIONS_DIR}/{version_dir(version)}.json"
 
 
+def shard_name(storage: StorageKind, number: int) -> str:
+    """File name of shard ``number``: ``shard-00007.lmdb`` or ``shard-00007.h5``."""
+    return f"shard-{number:05d}{SHARD_SUFFIX[storage]}"
 
 
 def lmdb_key(position: int) -> bytes:
