@@ -28,7 +28,6 @@ GENERATION_DIR = re.compile(r"^gen-[0-9a-f]{16}$")
 # manifest is kept in VERSIONS_DIR (``versions/v00001.json``), so a reader opened before an append
 # (and its workers) keep reading the version it opened. Version 1's index is ``index/*.npy``.
 VERSIONS_DIR = "versions"
-VERSION_DIR = re.compile(r"^v(\d{5,})$")
 
 # Files packed as images (decoded by the image pipeline); other files are packed as bytes.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
