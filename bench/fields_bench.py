@@ -12,7 +12,8 @@ a caption and a mask (a one-channel PNG of the photo's size: a few shapes of cla
 as segmentation masks look) is packed into a temporary LMDB dataset (deleted after), the masks as
 a file field kept as their PNG files (``file_columns=("mask",), mask_storage="file"``), and again
 with the masks stored as rows (``mask_storage="rows"``, the default: a crop decodes only its
-rows); the masks' stored bytes, both ways, are printed beside the rates. Rows, interleaved
+rows); the masks' stored bytes, and the mask stage alone (one thread decoding and cutting 512
+masks with their train crops), both ways, are printed beside the rates. Rows, interleaved
 ``--repeats`` times (``fastload.benchmark.runs.run_all``), each
 ``fastload.DataLoader(..., batch_size=64, shuffle=True)`` with auto settings:
 
@@ -81,6 +82,27 @@ def write_list(photos: Path, records: int, out: Path) -> None:
     out.write_text("\n".join(lines) + "\n")
 
 
+def mask_decode_ms(path: Path, count: int = 512, repeats: int = 3) -> float:
+    """The mask stage alone, one thread: milliseconds to decode and cut one mask with its photo's
+    train crop (the median of ``repeats`` passes over the first ``count`` records' masks, read first)."""
+    import time
+
+    import fastload
+    from fastload.samples.file_fields import decode_file_field
+
+    ds = fastload.PackedDataset(path, image_size=224, train=True, fields=("mask",))
+    kind, files = ds.manifest.fields["mask"], ds.index.files["mask"]
+    jobs = [(ds.reader.read(i, "mask"), ds.pipeline.plan(i, 0, 0, int(files.width[i]), int(files.height[i])))
+            for i in range(min(count, len(ds)))]
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for data, plan in jobs:
+            decode_file_field(kind, data, plan, where="", max_pixels=ds.max_pixels)
+        times.append((time.perf_counter() - start) / len(jobs) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("photos", help="the photo folder (ImageFolder tree)")
@@ -104,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                  mask_storage=storage)
         sizes = {name: int(fastload.PackedDataset(work / name).index.files["mask"].size.sum())
                  for name in ("d.fl", "rows.fl")}
+        decode_ms = {name: mask_decode_ms(work / name) for name in ("d.fl", "rows.fl")}
         path = work / "d.fl"
         detection: dict[str, Any] = {"fields": ("image", "label", "boxes", "box_labels", "caption"),
                                      "boxes": "boxes", "box_fields": ("box_labels",)}
@@ -138,11 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"masks stored: PNG files {masks['png'] / 2**20:.2f} MiB, rows {masks['rows'] / 2**20:.2f} MiB "
           f"({masks['rows'] / masks['png']:.2f}x; {masks['png'] / args.records:.0f} and "
           f"{masks['rows'] / args.records:.0f} bytes a mask)")
+    print(f"one mask decoded and cut (one thread): PNG {decode_ms['d.fl']:.3f} ms, rows {decode_ms['rows.fl']:.3f} ms")
     if args.json:
         Path(args.json).write_text(json.dumps({
             "schema": "fastload-fields-bench/1", "records": args.records,
             "machine": {"python": platform.python_version(), "platform": platform.platform()},
-            "runs": [r.as_dict() for r in runs], "ratios": ratios, "mask_bytes": masks}, indent=2) + "\n")
+            "runs": [r.as_dict() for r in runs], "ratios": ratios, "mask_bytes": masks,
+            "mask_decode_ms": {"png": decode_ms["d.fl"], "rows": decode_ms["rows.fl"]}}, indent=2) + "\n")
     return 0
 
 

@@ -74,8 +74,7 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
     Returns a PackReport (``already_packed`` when OUT holds this exact pack). Raises SourceError /
     SourceNotFoundError for a bad source or file (with ``on_error="fail"``) and PackError when
     the output cannot be written. With ``overwrite`` a finished dataset at OUT is replaced only
-    once the new one is complete (see converters.destination.out_dir); with ``append`` SRC's records
-    are added to it as its next version, in its storage kind (see converters.destination.append).
+    once the new one is complete (see converters.destination.out_dir); ``append`` adds to it (destination.append).
 
     SRC and OUT may be object-store URLs (``s3://bucket/images/``), reached with
     ``storage_options``; a pack to a store is written in the local ``staging`` folder and each
