@@ -19,6 +19,8 @@ PACKAGES: dict[str, tuple[str, str]] = {
     "pyarrow.ipc": ("pyarrow", "parquet"),
     "pyarrow.parquet": ("pyarrow", "parquet"),
     "datasets": ("datasets", "hf"),
+    "ray": ("ray[data]", "ray"),
+    "ray.data": ("ray[data]", "ray"),
 }
 
 
