@@ -53,10 +53,19 @@ from fastload.format.manifest import MAX_MANIFEST_BYTES
 from fastload.storage.location import is_remote
 
 
+def mask_storage_of(manifest: Manifest, given: str | None) -> str:
+    """How an append stores masks: as the dataset stores them (a PNG-mask dataset gets PNG masks,
+    so its mask fields keep one type), unless ``given`` says otherwise (then the field check names
+    the mismatch); "rows" for a dataset without masks."""
+    types = set(manifest.fields.values())
+    return given or ("file" if "mask" in types else "rows")
+
+
 def storage_for_append(src: object, out: str | os.PathLike[str] | None, format: str | None,
-                       overwrite: bool = False) -> str:
+                       overwrite: bool = False, mask_storage: str | None = None) -> tuple[str, str]:
     """The storage kind an append of ``src`` to ``out`` writes: the dataset's (``format``, when
-    given, must be it). What cannot be appended is refused here, before SRC is listed."""
+    given, must be it), and how it stores masks (mask_storage_of). What cannot be appended is
+    refused here, before SRC is listed."""
     if overwrite:
         raise ValueError("append=True adds to the dataset at out, overwrite=True replaces it: choose one")
     if out is None:
@@ -67,11 +76,11 @@ def storage_for_append(src: object, out: str | os.PathLike[str] | None, format: 
     if is_remote(out):
         raise PackError(f"{out}: appending to a dataset in an object store is not supported yet; append to a "
                         "local copy and upload that, or pack every source to a new URL")
-    storage = AppendBase.open(Path(os.path.realpath(out))).manifest.storage
-    if format is not None and format != storage:
-        raise PackError(f"{out}: holds {storage} shards, and an append adds shards of the dataset's kind; "
-                        f"pass --format {storage} (or leave it out), not {format}")
-    return storage
+    manifest = AppendBase.open(Path(os.path.realpath(out))).manifest
+    if format is not None and format != manifest.storage:
+        raise PackError(f"{out}: holds {manifest.storage} shards, and an append adds shards of the dataset's kind; "
+                        f"pass --format {manifest.storage} (or leave it out), not {format}")
+    return manifest.storage, mask_storage_of(manifest, mask_storage)
 
 
 class AppendBase:

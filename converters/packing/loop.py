@@ -20,41 +20,29 @@ from fastload.converters.destination.out_dir import (
     swap_in,
 )
 from fastload.converters.finalize import finalize
-from fastload.converters.packing.packer import Packer
 from fastload.converters.packing.dataset_pack import DatasetPackJob
 from fastload.converters.packing.dataset_reads import default_dataset_workers
+from fastload.converters.packing.options import (
+    check_options,
+    check_out_location,
+    default_out,
+)
+from fastload.converters.packing.packer import Packer
 from fastload.converters.packing.plan import ShardPlan, plan_digest, plan_shards
 from fastload.converters.packing.report import PackReport, already_packed, write_error
-from fastload.converters.packing.restarts import check_available
 from fastload.converters.sources.items import Layout, SourceListing, normalize_extensions
 from fastload.converters.sources.listing import list_to_pack
-from fastload.converters.writers import WRITERS
 from fastload.converters.sources.torch_dataset import is_sequence_source
 
-from fastload.config import MAX_FILE_SIZE, MAX_PIXELS, available_cpus, parse_size
-from fastload.decode.images import pixel_limit
+from fastload.config import MAX_FILE_SIZE, MAX_PIXELS
 from fastload.errors import PackError
-from fastload.format import FORMAT_VERSION, Manifest, StorageKind
-from fastload.format.layout import IMAGE_EXTENSIONS, MASK_STORAGES
+from fastload.format import Manifest, StorageKind
+from fastload.format.layout import IMAGE_EXTENSIONS
 from fastload.storage.location import is_remote, local_path
 from fastload.storage.remote import RemoteStore
 
 OnError = Literal["fail", "skip"]
 MaskStorage = Literal["rows", "file"]
-
-
-def default_out(src: Path) -> Path:
-    """``./images`` → ``./images.fl``; ``./train.csv`` → ``./train.fl``."""
-    if "{" in src.name:  # a brace list of tars: data-{000..009}.tar → data.fl
-        stem = src.name.split("{", 1)[0].rstrip("-_.") or "shards"
-        return Path(os.path.abspath(src.parent)) / (stem + ".fl")
-    src = Path(os.path.abspath(src))
-    return src.with_suffix(".fl") if src.is_file() else src.with_name(src.name + ".fl")
-
-
-def default_workers() -> int:
-    """Reads are I/O: keep several in flight even on 2 cores (a cold disk serves many at once)."""
-    return min(16, max(4, 4 * available_cpus()))
 
 
 def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None = None, *,
@@ -68,7 +56,7 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
          file_columns: list[str] | tuple[str, ...] = (), root: str | os.PathLike[str] | None = None,
          allow_outside_root: bool = False, sidecar_names: dict[str, str] | None = None,
          image_column: str | None = None, label_column: str | None = None,
-         columns: list[str] | tuple[str, ...] | None = None, mask_storage: MaskStorage = "rows") -> PackReport:
+         columns: list[str] | tuple[str, ...] | None = None, mask_storage: MaskStorage | None = None) -> PackReport:
     """Pack a folder, file list, tars or tables into a fastload dataset; see ``fastload pack --help``.
 
     Returns a PackReport (``already_packed`` when OUT holds this exact pack). Raises SourceError /
@@ -98,12 +86,14 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
     ``label`` when there is one; whole numbers, class names, or an HF ``ClassLabel``), and every
     other column, or those ``columns`` names, is a typed field.
 
-    ``mask_storage``: a one-channel mask file field is stored as its values' rows (``"rows"``:
-    type "mask-rows", a crop decodes only its rows: fastload.format.mask_rows) or as the file
-    given (``"file"``: type "mask", a PNG inflated whole for each crop).
+    ``mask_storage``: a one-channel mask file field is stored as its values' rows (``"rows"``, the
+    default: type "mask-rows", a crop decodes only its rows: fastload.format.mask_rows) or as the
+    file given (``"file"``: type "mask", a PNG inflated whole for each crop); an append stores
+    masks as the dataset does.
     """
     started = time.perf_counter()
-    format = storage_for_append(src, out, format, overwrite) if append else format or "lmdb"  # type: ignore[assignment]
+    format, mask_storage = (storage_for_append(src, out, format, overwrite, mask_storage) if append  # type: ignore[assignment]
+                            else (format or "lmdb", mask_storage or "rows"))
     table = {"image_column": image_column, "label_column": label_column,
              "columns": None if columns is None else tuple(columns)}
     if not isinstance(src, (str, os.PathLike)):  # an in-memory dataset: no path to put OUT beside
@@ -130,14 +120,14 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
                 Path(local_path(out)) if out is not None else default_out(src_path))
     if out_path is not None and out_path.is_symlink():  # the user named a link to their folder: pack where it points
         out_path = Path(os.path.realpath(out_path))
-    options = _check_options(format, shard_size, workers, on_error, max_side, quality, check, max_pixels,
+    options = check_options(format, shard_size, workers, on_error, max_side, quality, check, max_pixels,
                              restart_markers, max_file_size, mask_storage)
     exts = normalize_extensions(extensions)
     listing = list_to_pack(src, src_store, src_path, layout=layout, extensions=exts, on_error=on_error,
                            options=options, sidecars=sidecars, file_columns=tuple(file_columns), root=root,
                            allow_outside_root=allow_outside_root, sidecar_names=sidecar_names, table=table)
     if src_path is not None and out_path is not None:
-        _check_out_location(src_path, listing.root, out_path)
+        check_out_location(src_path, listing.root, out_path)
     job = _job(listing, options, exts, progress, src_store)
     if out_path is None:
         from fastload.converters.destination.upload import pack_to_store
@@ -155,7 +145,7 @@ def _pack_object(src: Any, out: str | os.PathLike[str], table: dict[str, Any], s
     samples: converters.packing.dataset_pack) to a local folder."""
     if is_remote(out):
         raise ValueError(f"{out}: an in-memory dataset is packed to a local folder; upload that folder after")
-    options = _check_options(**checked)
+    options = check_options(**checked)
     out_path = Path(os.path.realpath(local_path(out)))
     if is_sequence_source(src):
         if any(v is not None for v in table.values()):
@@ -261,40 +251,3 @@ def _check_replaceable(folder: OutFolder, job: _PackJob | DatasetPackJob, overwr
 
 def _same_pack(manifest: Manifest, plans: list[ShardPlan]) -> bool:
     return manifest.packed.get("plan") == plan_digest(plans)
-
-
-def _check_options(format: str, shard_size: str | int, workers: int | None, on_error: str,
-                   max_side: int | None, quality: int | None, check: str, max_pixels: int,
-                   restart_markers: bool, max_file_size: str | int, mask_storage: str = "rows") -> dict[str, Any]:
-    if format not in WRITERS:
-        raise ValueError(f"format={format!r}: choose one of {', '.join(WRITERS)}")
-    if on_error not in ("fail", "skip"):
-        raise ValueError(f"on_error={on_error!r}: choose 'fail' or 'skip'")
-    if mask_storage not in MASK_STORAGES:
-        raise ValueError(f"mask_storage={mask_storage!r}: choose 'rows' (a crop decodes its rows alone) or 'file'")
-    if check not in ("header", "decode"):
-        raise ValueError(f"check={check!r}: choose 'header' or 'decode'")
-    if workers is not None and workers < 1:
-        raise ValueError(f"workers={workers}: must be at least 1")
-    if max_side is not None and max_side < 1:
-        raise ValueError(f"max_side={max_side}: must be a positive number of pixels")
-    if quality is not None and not 1 <= quality <= 100:
-        raise ValueError(f"quality={quality}: must be between 1 and 100")
-    max_pixels = pixel_limit(max_pixels)  # a positive whole number; 5e8 is one
-    if restart_markers:
-        check_available()
-    reencode = {"max_side": max_side, "quality": quality or 90} if (max_side or quality) else None
-    return {"format_version": FORMAT_VERSION, "storage": format,
-            "shard_size": parse_size(shard_size, name="shard_size"), "workers": workers or default_workers(),
-            "on_error": on_error, "reencode": reencode, "check": check, "max_pixels": max_pixels,
-            "restart_markers": bool(restart_markers),
-            "max_file_size": parse_size(max_file_size, name="max_file_size"), "mask_storage": mask_storage}
-
-
-def _check_out_location(src: Path, src_root: Path, out: Path) -> None:
-    real_out, real_root = Path(os.path.realpath(out)), Path(os.path.realpath(src_root))
-    if src.is_dir() and (real_out == real_root or real_root in real_out.parents):
-        raise PackError(f"{out}: the output is inside the source folder {src}; "
-                        "choose an -o outside it (default: SRC.fl next to SRC)")
-    if real_out in real_root.parents:
-        raise PackError(f"{out}: the source {src} is inside the output folder; choose another -o")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 import xxhash
-from fastload.converters.destination.append import writer_schema
+from fastload.converters.destination.append import mask_storage_of, writer_schema
 from fastload.converters.destination.written import WrittenOut
 from fastload.converters.finalize import finalize
 from fastload.converters.packing.report import PackReport, write_error
@@ -59,8 +59,9 @@ class Writer:
             it is left out, counted and listed in the report (``skipped.jsonl``).
         check: ``"header"`` checks each image's structure; ``"decode"`` decodes every pixel too.
         workers: Threads that encode and check samples (default: the CPUs, at most 8).
-        mask_storage: ``"rows"``: a mask field is stored as its values' rows (type "mask-rows": a
-            crop decodes its own rows alone); ``"file"``: as a one-channel PNG (type "mask").
+        mask_storage: ``"rows"`` (the default): a mask field is stored as its values' rows (type
+            "mask-rows": a crop decodes its own rows alone); ``"file"``: as a one-channel PNG (type
+            "mask"). An append stores masks as the dataset does.
     """
 
     def __init__(self, out: str | os.PathLike[str], *, format: StorageKind | None = None, shard_size: str | int = "256MB",
@@ -69,16 +70,16 @@ class Writer:
                  check: Literal["header", "decode"] = "header", workers: int | None = None,
                  max_pixels: int = MAX_PIXELS, max_file_size: str | int = MAX_FILE_SIZE,
                  storage_options: dict[str, Any] | None = None, staging: str | os.PathLike[str] | None = None,
-                 mask_storage: Literal["rows", "file"] = "rows") -> None:
+                 mask_storage: Literal["rows", "file"] | None = None) -> None:
         if format is not None and format not in WRITERS:
             raise ValueError(f"format={format!r}: choose one of {', '.join(WRITERS)}")
         if on_error not in ("fail", "skip") or check not in ("header", "decode"):
             raise ValueError(f"on_error={on_error!r}, check={check!r}: choose 'fail' or 'skip', 'header' or 'decode'")
         if quality is not None and not 1 <= quality <= 100:
             raise ValueError(f"quality={quality}: must be between 1 and 100 (or None: PNG, lossless)")
-        if mask_storage not in MASK_STORAGES:
+        if mask_storage not in (*MASK_STORAGES, None):
             raise ValueError(f"mask_storage={mask_storage!r}: choose 'rows' (a crop decodes its rows alone) or 'file'")
-        self.mask_storage = mask_storage
+        self.mask_storage = mask_storage or "rows"
         self.started = time.perf_counter()
         self.storage, self.quality, self.on_error, self.overwrite = format or "lmdb", quality, on_error, overwrite
         self.decode, self.max_pixels = check == "decode", max_pixels
@@ -93,6 +94,7 @@ class Writer:
         if base is not None:  # the dataset's storage, fields and classes; shards numbered after its
             try:
                 self.storage, self.schema = writer_schema(base, format, fields, classes)
+                self.mask_storage = mask_storage_of(base.manifest, mask_storage)
             except BaseException:
                 self.written.give_up()
                 raise

@@ -101,9 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--file-columns", default=None, metavar="NAMES",
                    help="a file list's columns (comma-separated) naming more files of each record, "
                         "packed beside its image: --file-columns mask,depth")
-    p.add_argument("--mask-storage", choices=("rows", "file"), default="rows",
+    p.add_argument("--mask-storage", choices=("rows", "file"), default=None,
                    help="a one-channel mask file field stored as its values' rows, so a crop decodes its "
-                        "rows alone (rows, the default), or as its file (file: a PNG inflated whole per crop)")
+                        "rows alone (rows, the default), or as its file (file: a PNG inflated whole per crop); "
+                        "--append stores them as the dataset does")
     p.add_argument("--image-column", default=None, metavar="NAME",
                    help="a table's column of image bytes (default: its one binary column, or HF Image column)")
     p.add_argument("--label-column", default=None, metavar="NAME",

@@ -190,3 +190,29 @@ def test_a_killed_append_leaves_the_old_version_and_a_rerun_finishes_it(tmp_path
     assert fastload.verify(out).bad == [] and not (out / ".pack").exists()
     again = pack(tmp_path / "new", out, append=True, shard_size="1KB", progress=False)
     assert again.already_packed and len(fastload.PackedDataset(out)) == 153
+
+
+def test_an_append_stores_masks_as_the_dataset_does(tmp_path):
+    """A dataset packed with PNG masks (mask_storage="file") takes an append of more masks without
+    being told: its mask field keeps one type; a Writer append likewise. Asked for the other form,
+    the append is refused naming the field."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from tests.converters.test_sidecars import seg_folder
+
+    seg_folder(tmp_path / "a")
+    seg_folder(tmp_path / "b", count=2)
+    out = tmp_path / "seg.fl"
+    pack(tmp_path / "a", out, sidecars=True, sidecar_names={"png": "mask"}, mask_storage="file", progress=False)
+    pack(tmp_path / "b", out, sidecars=True, sidecar_names={"png": "mask"}, append=True, progress=False)
+    with fastload.Writer(out, append=True) as w:
+        w.write({"image": make_jpeg(40, 30, seed=9), "txt": "written", "mask": np.full((30, 40), 7, np.uint8)})
+    ds = fastload.PackedDataset(out)
+    assert ds.manifest.fields["mask"] == "mask" and len(ds) == 6
+    assert [Image.open(io.BytesIO(ds.record(i)["mask"])).getpixel((0, 0)) for i in (3, 5)] == [1, 7]
+    with pytest.raises(PackError, match="mask"):
+        pack(tmp_path / "b", out, sidecars=True, sidecar_names={"png": "mask"}, append=True, mask_storage="rows",
+             progress=False)
