@@ -19,8 +19,9 @@ PACK_WORK_NAMES = frozenset({PACK_STATE_DIR, PACK_LOCK_NAME, WRITE_PROBE, INDEX_
                              STAGING_MARKER_NAME})
 # Names a pack writes inside PACK_STATE_DIR: its owner file, journal entries, shards being written.
 DATASET_PLAN_NAME = "dataset-plan.json"  # a map-style dataset's pack: its shard plan (converters.packing.dataset_plan)
+RAY_WORK_DIR = "ray"  # a Ray pack's write tasks' datasets, adopted at its end (converters.cluster)
 _PACK_STATE_ENTRY = re.compile(
-    rf"^(?:{re.escape(PACK_OWNER_NAME)}|{re.escape(DATASET_PLAN_NAME)}|shard-\d{{5,}}\.json|shard-\d{{5,}}\.(?:lmdb|h5)\.tmp(?:\.exact)?)(?:\.tmp)?$")
+    rf"^(?:{re.escape(PACK_OWNER_NAME)}|{re.escape(DATASET_PLAN_NAME)}|{RAY_WORK_DIR}|shard-\d{{5,}}\.json|shard-\d{{5,}}\.(?:lmdb|h5)\.tmp(?:\.exact)?)(?:\.tmp)?$")
 _LOOK_AT = 2000  # entries looked at to tell an image folder from anything else
 
 

@@ -1,0 +1,154 @@
+"""Cluster packing, driver side: the write tasks' datasets adopted as one, in key order: their shards
+linked into OUT under the pack's numbers, their index columns joined column by column (NumPy, no
+per-record Python objects), the skipped report, then the manifest, last; the work folder goes.
+
+Record order is a function of the rows, never of scheduling: each task sorted its rows by key, and
+the tasks' datasets are put in order of their first key (their digest breaks a tie). When two
+tasks' key ranges overlap (the source was not in key order), a warning says so: each task's
+records stay in key order, and ``ds.sort(key)`` before the sink gives one global key order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import shutil
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import xxhash
+from fastload.converters.cluster.task_shards import SinkSettings, TaskPart
+from fastload.converters.packing.report import PackReport, write_skipped_report
+from fastload.converters.sources.items import Skip
+
+from fastload.errors import PackError
+from fastload.format import (
+    NO_LABEL,
+    PACK_STATE_DIR,
+    SKIPPED_REPORT_NAME,
+    IndexFile,
+    Manifest,
+    fsync_dir,
+    read_manifest,
+    shard_name,
+    write_columns,
+    write_manifest,
+)
+
+
+def adopt(folder: Path, work: Path, parts: list[TaskPart | None], settings: SinkSettings) -> PackReport:
+    """Make the dataset at ``folder`` from the tasks' datasets in ``work`` (see the module docstring)."""
+    written = sorted((p for p in parts if p is not None and p.folder is not None),
+                     key=lambda p: (p.first_key, p.last_key, p.folder or ""))
+    skipped = [Skip(key, reason) for p in parts if p is not None for key, reason in p.skipped]
+    if not written:
+        first = f" (first: {skipped[0].rel}: {skipped[0].reason})" if skipped else ""
+        raise PackError(f"{folder}: no record was written, {len(skipped)} skipped{first}; a dataset needs at least one")
+    for before, after in itertools.pairwise(written):
+        if after.first_key <= before.last_key:
+            warnings.warn(f"{folder}: write tasks' key ranges overlap ({before.first_key!r}..{before.last_key!r} and "
+                          f"{after.first_key!r}..{after.last_key!r}): records are in key order within each task only; "
+                          "sort the dataset by its key (ds.sort(key)) before the sink for one global order",
+                          stacklevel=3)
+            break
+    manifests = [read_manifest(work / p.folder) for p in written]  # type: ignore[operator]
+    _same_fields(written, manifests)
+    classes, label_maps = _classes(manifests, settings.classes)
+    storage = manifests[0].storage
+    shards, index = [], {}
+    for part, manifest in zip(written, manifests):
+        for shard in manifest.shards:
+            name = shard_name(storage, len(shards))
+            _link(work / part.folder / shard.file, folder / name)  # type: ignore[operator]
+            shards.append(dataclasses.replace(shard, file=name))
+    for name in manifests[0].index:  # one column at a time: memory holds one joined column
+        index.update(write_columns(folder, {name: _joined(name, written, manifests, work, label_maps)}))
+    report_path = write_skipped_report(folder, skipped)
+    plan = xxhash.xxh3_128(settings.facts().encode() + "".join(p.folder for p in written).encode()).hexdigest()  # type: ignore[misc]
+    from fastload import __version__
+
+    first = manifests[0]
+    manifest = dataclasses.replace(
+        first, num_records=sum(m.num_records for m in manifests), total_bytes=sum(s.data_bytes for s in shards),
+        kind="images" if all(m.kind == "images" for m in manifests) else "files", classes=classes,
+        shards=shards, index=index,
+        packed={**first.packed, "source": "ray", "layout": "ray", "fastload_version": __version__,
+                "created": datetime.now(UTC).isoformat(timespec="seconds"), "plan": plan,
+                "skipped": len(skipped), "skipped_report": SKIPPED_REPORT_NAME if report_path else None,
+                "tasks": len(written),
+                "encoded": {**first.packed.get("encoded", {}),
+                            "images": sum(m.packed.get("encoded", {}).get("images", 0) for m in manifests)}})
+    fsync_dir(folder)  # the shards' names are durable before the manifest names them
+    write_manifest(folder, manifest)
+    shutil.rmtree(folder / PACK_STATE_DIR, ignore_errors=True)  # every task's datasets, retried ones' too: no orphan
+    return PackReport(out=folder, storage=storage, num_records=manifest.num_records, total_bytes=manifest.total_bytes,
+                      num_shards=len(shards), skipped=len(skipped), skipped_files=skipped, skipped_report=report_path)
+
+
+def _link(source: Path, target: Path) -> None:
+    """``target`` becomes the shard at ``source``: a hard link (the task's copy stays until the manifest
+    is written, so a driver killed meanwhile loses nothing), or a rename where links are refused."""
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:  # no hard links here: moved (a re-run then writes that task's rows again)
+        os.rename(source, tmp)
+    os.replace(tmp, target)
+
+
+def _same_fields(parts: list[TaskPart], manifests: list[Manifest]) -> None:
+    first = manifests[0]
+    for part, manifest in zip(parts[1:], manifests[1:]):
+        if manifest.fields != first.fields or manifest.storage != first.storage:
+            differ = next((n for n in {**first.fields, **manifest.fields}
+                           if first.fields.get(n) != manifest.fields.get(n)), "storage")
+            raise PackError(f"rows from {part.first_key!r} on: field {differ!r} is {manifest.fields.get(differ)!r}, "
+                            f"rows from {parts[0].first_key!r} on made it {first.fields.get(differ)!r} (typed by each "
+                            "task's first row); name every field's type with fields={...}")
+
+
+def _classes(manifests: list[Manifest], given: tuple[str, ...] | None) -> tuple[list[str] | None, list[np.ndarray | None]]:
+    """The pack's class names and, per task, its label ids → the pack's (None: kept as they are)."""
+    if given is not None:
+        return list(given), [None] * len(manifests)
+    named = [bool(m.classes) for m in manifests]
+    if not any(named):
+        return None, [None] * len(manifests)
+    if not all(named):
+        raise PackError("some rows' labels are class names and others' are numbers; give every row a name, "
+                        "or every row a number, or pass classes=[...]")
+    classes = sorted({c for m in manifests for c in m.classes or []})  # as a folder's: names in sorted order
+    table = np.array(classes, dtype=object)
+    return classes, [np.searchsorted(table, np.array(m.classes, dtype=object)).astype(np.int64) for m in manifests]
+
+
+def _joined(name: str, parts: list[TaskPart], manifests: list[Manifest], work: Path,
+            label_maps: list[np.ndarray | None]) -> np.ndarray:
+    """Column ``name`` of every task's index, joined in order: shard numbers moved after the tasks'
+    before, labels mapped to the pack's classes, offsets into a joined blob shifted by its length."""
+    pieces, shard_base, shift = [], 0, 0
+    base_name = name.removesuffix(".offsets")
+    flat = next((f"{base_name}.{s}" for s in ("blob", "values") if name.endswith(".offsets")
+                 and f"{base_name}.{s}" in manifests[0].index), None)
+    for k, (part, manifest) in enumerate(zip(parts, manifests)):
+        column = _load(work / part.folder, manifest.index[name])  # type: ignore[operator]
+        if name == "shard":
+            column = column + np.asarray(shard_base, dtype=column.dtype)
+        elif name == "label" and label_maps[k] is not None:
+            labels = np.asarray(column)
+            column = np.where(labels >= 0, label_maps[k][np.clip(labels, 0, None)], NO_LABEL).astype(labels.dtype)  # type: ignore[index]
+        elif flat is not None:
+            ends = np.asarray(column, dtype=np.int64)
+            column = (ends if k == 0 else ends[1:]) + shift
+            shift += int(ends[-1])
+        pieces.append(np.asarray(column))
+        shard_base += len(manifest.shards)
+    return np.concatenate(pieces)
+
+
+def _load(folder: Path, entry: IndexFile) -> np.ndarray:
+    return np.load(folder / entry.file, mmap_mode="r", allow_pickle=False)

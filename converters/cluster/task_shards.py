@@ -1,0 +1,167 @@
+"""Cluster packing, write-task side: one task's rows, sorted by key, written by a ``fastload.Writer``
+as a small complete dataset in a work folder named by their content; the driver adopts its shards.
+
+A task's folder is named by a digest of what it writes (the settings, then every row's key, image,
+label and fields, in key order), never by a task id: a task Ray re-runs (a node lost) writes the
+same folder again, and a pack re-run after its driver was killed finds the folders already
+finished (their manifest written, last, by the Writer) and reuses them without encoding anything.
+What goes back to the driver is small (``TaskPart``: a folder name, a key range, the skips), never
+image bytes; the index columns stay on disk in the task's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xxhash
+from fastload.converters.sources.samples import KEY
+from fastload.converters.sources.writer import Writer
+
+from fastload.errors import DatasetNotFoundError, ManifestError, PackError, SourceError
+from fastload.format import MANIFEST_NAME, SKIPPED_REPORT_NAME, read_manifest
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """What every write task of one sink needs: where to write, which columns are what, the Writer's options."""
+
+    work: str  # the work folder every task writes its dataset in (OUT's pack state, shared by the nodes)
+    image: str
+    label: str | None
+    key: str
+    fields: tuple[str, ...]
+    types: dict[str, str] | None  # each field's type when the user named them; else typed from the rows
+    classes: tuple[str, ...] | None
+    writer: dict[str, Any] = field(default_factory=dict)  # format, shard_size, quality, on_error, check, ...
+
+    def facts(self) -> str:
+        """The settings that change what a task writes (not where): part of every task's digest."""
+        return json.dumps([self.image, self.label, self.key, self.fields, self.types, self.classes,
+                           sorted(self.writer.items())], default=str)
+
+
+@dataclass(frozen=True)
+class TaskPart:
+    """One write task's result: its dataset's folder (``None``: every row skipped) and key range."""
+
+    folder: str | None
+    first_key: str
+    last_key: str
+    records: int
+    skipped: list[tuple[str, str]]  # (key, reason) of each row left out (on_error="skip")
+
+
+def write_rows(rows: Iterable[Mapping[str, Any]], settings: SinkSettings) -> TaskPart | None:
+    """Write one task's rows (any order) as a dataset under ``settings.work``; ``None`` for no rows."""
+    keyed = sorted(((_key(row, settings.key), row) for row in rows), key=lambda kr: kr[0])
+    if not keyed:
+        return None
+    samples = [_sample(key, row, settings) for key, row in keyed]
+    classes = settings.classes
+    if classes is None and settings.label is not None:
+        names = [s["label"] for s in samples if isinstance(s["label"], str)]
+        if names and len(names) < len(samples):
+            odd = next(s for s in samples if not isinstance(s["label"], str))
+            raise SourceError(f"row {odd[KEY]!r}: label {odd['label']!r} is not a class name, while other rows' "
+                              f"labels in column {settings.label!r} are; give every row a name or every row a number")
+        classes = tuple(sorted(set(names))) if names else None  # this task's; the driver maps them to the pack's
+    digest = _digest(samples, settings, classes)
+    folder = Path(settings.work) / digest
+    first, last = keyed[0][0], keyed[-1][0]
+    done = _finished(folder)
+    if done is not None:
+        return TaskPart(digest, first, last, done.num_records, _skips(folder))
+    writer = Writer(folder, overwrite=True, fields=settings.types, classes=list(classes) if classes else None,
+                    workers=1, **settings.writer)
+    try:
+        for sample in samples:
+            writer.write(sample)
+        report = writer.close()
+    except PackError:
+        if writer.items:
+            raise
+        # every row skipped (on_error="skip"): no dataset from this task, its skips still told
+        return TaskPart(None, first, last, 0, [(s.rel, s.reason) for s in writer.skipped])
+    except BaseException:
+        if writer.open:
+            writer.abort()
+        raise
+    return TaskPart(digest, first, last, report.num_records, [(s.rel, s.reason) for s in report.skipped_files])
+
+
+def _key(row: Mapping[str, Any], column: str) -> str:
+    if column not in row:
+        raise SourceError(f"key column {column!r} is not in the rows (columns: {', '.join(row)}); pass key= naming "
+                          "a column of unique record names (read_binary_files(include_paths=True) gives 'path')")
+    value = row[column]
+    if not isinstance(value, str) or not value:
+        raise SourceError(f"key column {column!r} holds {type(value).__name__} {value!r}: a record's key is "
+                          "non-empty text; make one with map_batches (zero-pad numbers so they sort in order)")
+    return value
+
+
+def _sample(key: str, row: Mapping[str, Any], settings: SinkSettings) -> dict[str, Any]:
+    """The Writer's sample for one row: its key, image, label and the named fields."""
+    missing = [c for c in (settings.image, *([settings.label] if settings.label else []), *settings.fields)
+               if c not in row]
+    if missing:
+        raise SourceError(f"row {key!r}: column {missing[0]!r} is missing (columns: {', '.join(row)}); "
+                          "name the columns with image=, label= and fields=")
+    sample = {KEY: key, "image": _plain(row[settings.image])}
+    if settings.label is not None:
+        sample["label"] = _plain(row[settings.label])
+    for name in settings.fields:
+        sample[name] = _plain(row[name])
+    return sample
+
+
+def _plain(value: Any) -> Any:
+    """A cell as the Writer takes it: NumPy scalars as Python's, a 1-D object array (Arrow list) as a list."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return [_plain(v) for v in value]
+    return value
+
+
+def _digest(samples: list[dict[str, Any]], settings: SinkSettings, classes: tuple[str, ...] | None) -> str:
+    """A digest of everything the task writes: equal rows and settings, equal folder name."""
+    h = xxhash.xxh3_128(settings.facts().encode())
+    h.update(json.dumps(classes).encode())
+    for sample in samples:
+        for name, value in sample.items():
+            h.update(name.encode() + b"\x00")
+            if isinstance(value, (bytes, bytearray, memoryview)):
+                h.update(len(value).to_bytes(8, "little"))
+                h.update(value)
+            elif isinstance(value, np.ndarray):
+                h.update(f"{value.dtype}{value.shape}".encode())
+                h.update(np.ascontiguousarray(value).tobytes())
+            else:
+                h.update(repr(value).encode())
+            h.update(b"\x00")
+    return h.hexdigest()
+
+
+def _finished(folder: Path) -> Any:
+    """The manifest of a dataset a task finished at ``folder`` before, with all its shards; else None."""
+    if not (folder / MANIFEST_NAME).is_file():
+        return None
+    try:
+        manifest = read_manifest(folder)
+    except (ManifestError, DatasetNotFoundError):
+        return None
+    return manifest if all(os.path.isfile(folder / s.file) for s in manifest.shards) else None
+
+
+def _skips(folder: Path) -> list[tuple[str, str]]:
+    path = folder / SKIPPED_REPORT_NAME
+    if not path.is_file():
+        return []
+    return [(line["path"], line["reason"]) for line in map(json.loads, path.read_text().splitlines()) if line]
