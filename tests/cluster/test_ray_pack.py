@@ -1,0 +1,195 @@
+"""fastload.ray.PackSink on a real Ray cluster of two nodes on this machine (one CPU each), started
+once for the module: folders and Parquet tables packed by Ray read back bit-exact against a local
+``fastload.pack`` of the same source, in the same order; the same pack twice gives the same index;
+a failed pack leaves the old dataset; a re-run reuses the tasks' finished shards; a node lost
+mid-pack leaves every record exactly once and no orphan file."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import many_small_jpegs
+
+ray = pytest.importorskip("ray", reason="the Ray tests need ray[data]: pip install -e '.[ray]'")
+pytest.importorskip("pyarrow")
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from ray.cluster_utils import Cluster
+
+import fastload
+from fastload.cli import main
+from fastload.errors import PackError
+from fastload.format import INDEX_DIR, MANIFEST_NAME, PACK_STATE_DIR
+
+IMAGES = 48
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """Two Ray nodes of one CPU each (the head and a worker), on this machine, for the module."""
+    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    made.add_node(num_cpus=1)
+    made.wait_for_nodes()
+    ray.init(address=made.address, log_to_driver=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    try:
+        yield made
+    finally:
+        ray.shutdown()
+        made.shutdown()
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """An ImageFolder of small JPEGs (3 classes) and its local pack."""
+    root = tmp_path_factory.mktemp("ray") / "images"
+    many_small_jpegs(root, IMAGES, classes=3)
+    local = root.parent / "local.fl"
+    fastload.pack(root, local)
+    return root, local
+
+
+def folder_dataset(root: Path, blocks: int = 6) -> Any:
+    """The folder as Ray reads it, each file's class (its folder's name) as its label."""
+    ds = ray.data.read_binary_files(str(root), include_paths=True, override_num_blocks=blocks)
+    return ds.map(lambda row: {**row, "label": row["path"].split("/")[-2]})
+
+
+def pack_folder(root: Path, out: Path, **options: Any) -> fastload.converters.packing.report.PackReport:
+    from fastload.ray import PackSink
+
+    sink = PackSink(out, image="bytes", shard_size="20KB", **options)
+    folder_dataset(root).write_datasink(sink)
+    assert sink.report is not None
+    return sink.report
+
+
+def assert_same_records(packed: Path, local: Path, fields: tuple[str, ...] = ()) -> None:
+    a, b = fastload.PackedDataset(packed), fastload.PackedDataset(local)
+    assert len(a) == len(b) and a.classes == b.classes
+    for i in range(len(b)):
+        got, want = a.record(i), b.record(i)
+        for name in ("data", "label", "width", "height", *fields):
+            assert got[name] == want[name], (i, name, got["path"], want["path"])
+
+
+def index_bytes(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((out / INDEX_DIR).glob("*.npy"))}
+
+
+def test_folder_packs_as_a_local_pack_does(cluster: Cluster, photos: tuple[Path, Path], tmp_path: Path) -> None:
+    root, local = photos
+    report = pack_folder(root, tmp_path / "a.fl")
+    assert report.num_records == IMAGES and report.num_shards > 1  # several tasks' shards, adopted
+    assert_same_records(tmp_path / "a.fl", local)
+    assert main(["verify", str(tmp_path / "a.fl")]) == 0
+    assert sorted(p.name for p in (tmp_path / "a.fl").iterdir() if not p.name.startswith("shard-")) == [
+        INDEX_DIR, MANIFEST_NAME]  # no work folder, no lock, no orphan
+    pack_folder(root, tmp_path / "b.fl")
+    assert index_bytes(tmp_path / "a.fl") == index_bytes(tmp_path / "b.fl")  # the same pack twice: one index
+
+
+def test_parquet_table_packs_as_a_local_pack_does(cluster: Cluster, photos: tuple[Path, Path], tmp_path: Path) -> None:
+    from fastload.ray import PackSink
+
+    files = sorted(photos[0].rglob("*.jpg"))
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    for part in range(2):  # two files: rows keep the table's order, file by file
+        rows = range(part * IMAGES // 2, (part + 1) * IMAGES // 2)
+        pq.write_table(pa.table({
+            "key": [f"{i:06d}" for i in rows],
+            "jpg": pa.array([files[i].read_bytes() for i in rows], pa.binary()),
+            "species": [files[i].parent.name for i in rows],
+            "caption": [f"photo {i}" for i in rows],
+            "score": [i / 7 for i in rows],
+        }), tables / f"part-{part}.parquet", row_group_size=8)
+    local = tmp_path / "local.fl"
+    fastload.pack(tables, local, image_column="jpg", label_column="species")
+    sink = PackSink(tmp_path / "ray.fl", image="jpg", label="species", key="key", fields=("caption", "score"),
+                    shard_size="20KB")
+    ray.data.read_parquet(str(tables)).write_datasink(sink)
+    assert_same_records(tmp_path / "ray.fl", local, fields=("caption", "score"))
+    assert main(["verify", str(tmp_path / "ray.fl")]) == 0
+
+
+def test_a_failed_pack_leaves_the_old_dataset(cluster: Cluster, photos: tuple[Path, Path], tmp_path: Path) -> None:
+    root, _ = photos
+    out = tmp_path / "a.fl"
+    pack_folder(root, out)
+    before = (out / MANIFEST_NAME).read_bytes()
+    broken = folder_dataset(root).map(
+        lambda row: {**row, "bytes": b"not a picture" if row["path"].endswith("00007.jpg") else row["bytes"]})
+    from fastload.ray import PackSink
+
+    with pytest.raises(Exception, match="img_00007.jpg"):  # the task's SourceError, as Ray passes it on
+        broken.write_datasink(PackSink(out, image="bytes", overwrite=True, shard_size="20KB"))
+    assert (out / MANIFEST_NAME).read_bytes() == before and main(["verify", str(out)]) == 0
+    with pytest.raises(PackError, match="already holds a finished dataset"):
+        PackSink(out)
+
+
+def test_a_rerun_reuses_the_shards_written(cluster: Cluster, photos: tuple[Path, Path], tmp_path: Path) -> None:
+    """A driver gone before its finalize (here: the finalize refused) leaves the tasks' datasets; the
+    same pack again adopts those very files (hard links of them) without writing them again."""
+    from fastload.ray import PackSink
+
+    class Interrupted(PackSink):
+        def on_write_complete(self, write_result: Any) -> None:
+            self._release()
+            raise KeyboardInterrupt  # the driver stops here: no manifest
+
+    root, local = photos
+    out = tmp_path / "a.fl"
+    with pytest.raises(BaseException):  # noqa: B017 - Ray may wrap it
+        folder_dataset(root).write_datasink(Interrupted(out, image="bytes", shard_size="20KB"))
+    assert not (out / MANIFEST_NAME).exists()
+    written = {p.stat().st_ino for p in (out / PACK_STATE_DIR).rglob("shard-*")}
+    assert written
+    pack_folder(root, out)
+    assert {p.stat().st_ino for p in out.glob("shard-*")} == written
+    assert_same_records(out, local)
+
+
+def test_a_node_lost_mid_pack_loses_no_record(cluster: Cluster, photos: tuple[Path, Path], tmp_path: Path) -> None:
+    from fastload.ray import PackSink
+
+    root, local = photos
+    node = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    out = tmp_path / "a.fl"
+    work = out / PACK_STATE_DIR / "ray"
+
+    removed: list[bool] = []
+
+    def remove_when_writing() -> None:  # once the first task has begun its dataset: others still run
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (work.is_dir() and any(work.iterdir())):
+            time.sleep(0.02)
+        removed.append(work.is_dir())
+        cluster.remove_node(node)
+
+    slow = folder_dataset(root, blocks=12).map(lambda row: (time.sleep(0.05), row)[1])
+    remover = threading.Thread(target=remove_when_writing)
+    remover.start()
+    try:
+        sink = PackSink(out, image="bytes", shard_size="8KB")
+        slow.write_datasink(sink)
+    finally:
+        remover.join()
+    assert removed == [True]  # the node went while the pack was writing
+    packed = fastload.PackedDataset(out)
+    paths = [packed.record(i)["path"] for i in range(len(packed))]
+    assert len(paths) == IMAGES and len(set(paths)) == IMAGES and paths == sorted(paths)  # each record once
+    assert_same_records(out, local)
+    listed = {s.file for s in packed.manifest.shards}
+    assert {p.name for p in out.glob("shard-*")} == listed and not (out / PACK_STATE_DIR).exists()  # no orphan
+    assert np.array_equal(packed.targets, fastload.PackedDataset(local).targets)
