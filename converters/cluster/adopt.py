@@ -151,4 +151,4 @@ def _joined(name: str, parts: list[TaskPart], manifests: list[Manifest], work: P
 
 
 def _load(folder: Path, entry: IndexFile) -> np.ndarray:
-    return np.load(folder / entry.file, mmap_mode="r", allow_pickle=False)
+    return np.lib.format.open_memmap(folder / entry.file, mode="r")  # refuses object dtypes: no pickle

@@ -88,10 +88,10 @@ def first_plan(dataset: Any, schema: Schema, settings: ReadSettings, shard_size:
 def item_error(got: Read) -> SourceError:
     """The error of an item that cannot be packed, chained to the dataset's own exception."""
     error = SourceError(f"dataset item {got.index}: {got.reason}; fix the dataset, or pass on_error='skip'")
-    if got.error is not None:
-        if got.error.__traceback__ is None and got.trace:  # from a worker: its traceback as text
-            got.error.add_note(f"in the worker process that read item {got.index}:\n{got.trace.rstrip()}")
+    if got.error is not None:  # read in this process: the dataset's own exception
         error.__cause__ = got.error
+    elif got.trace:  # from a worker process: its traceback, as text
+        error.add_note(f"in the worker process that read item {got.index}:\n{got.trace.rstrip()}")
     return error
 
 

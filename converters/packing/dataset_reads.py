@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from fastload.converters.sources.samples import Schema
@@ -92,4 +93,6 @@ def _exit_with(parent: int) -> None:
 def _read_chunk(schema: Schema, indices: list[int]) -> list[Read]:
     assert _STATE is not None
     dataset, settings = _STATE
-    return [read_item(dataset, schema, settings, index) for index in indices]
+    # A dataset's exception crosses back as its text and traceback (Read.reason, Read.trace), not
+    # as the object: some exceptions cannot be rebuilt in another process.
+    return [replace(read_item(dataset, schema, settings, index), error=None) for index in indices]

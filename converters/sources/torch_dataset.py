@@ -10,7 +10,6 @@ the pack's worker processes (converters.packing.dataset_reads); it never raises 
 
 from __future__ import annotations
 
-import pickle
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -52,7 +51,8 @@ def stored_types(schema: Schema, settings: ReadSettings) -> dict[str, str]:
 @dataclass
 class Read:
     """Item ``index``: its record (``payloads`` and index values), or ``reason`` it cannot be packed;
-    ``error``: the exception the dataset raised (None when it was a bad sample or not picklable)."""
+    ``error``: the exception the dataset raised, when read in this process (None from a worker
+    process, and for a bad sample: ``reason`` and ``trace`` say what happened)."""
 
     index: int
     key: str = ""
@@ -80,7 +80,7 @@ def read_item(dataset: Any, schema: Schema, settings: ReadSettings, index: int) 
     try:
         item = dataset[index]
     except Exception as exc:  # noqa: BLE001 - the dataset's own, whatever it is: named with the item, never swallowed
-        return Read(index, reason=f"raised {type(exc).__name__}: {exc}", error=_portable(exc),
+        return Read(index, reason=f"raised {type(exc).__name__}: {exc}", error=exc,
                     trace="".join(traceback.format_exception(exc)))
     try:
         checked = schema.check(as_sample(item), index)
@@ -113,11 +113,3 @@ def _untensor(value: object) -> object:
         return array.item() if array.ndim == 0 else array
     return value
 
-
-def _portable(exc: BaseException) -> BaseException | None:
-    """``exc`` if it can cross to the packing process (pickled), else None: its text still does."""
-    try:
-        pickle.loads(pickle.dumps(exc))
-    except Exception:  # noqa: BLE001 - an exception class may fail to pickle or rebuild in many ways
-        return None
-    return exc
