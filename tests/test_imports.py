@@ -5,6 +5,8 @@ module that imports it back."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -115,3 +117,14 @@ def test_every_package_is_installed_and_under_the_fastload_name():
                  and any((getattr(node, "module", None) or alias.name).split(".")[0] == "converters"
                          for alias in node.names)]
     assert not top_level, top_level
+
+
+def test_import_fastload_and_the_pack_api_load_no_heavy_dependency():
+    """`import fastload`, the pack API and the CLI's module load neither torch nor an optional
+    extra: a pack needs none of them (torch alone is ~200 MB of memory and 0.7 s of start-up)."""
+    code = ("import sys; import fastload; from fastload.converters import Writer, pack; import fastload.cli; "
+            "print(sorted(m for m in ('torch', 'pyarrow', 'datasets', 'ray', 'nvidia', 'matplotlib', 's3fs') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -21,12 +21,14 @@ import math
 import os
 import wave
 from collections.abc import Callable
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
-import torch
 
 from fastload.errors import CorruptRecordError
+
+if TYPE_CHECKING:
+    import torch
 
 FileDecode = Literal["bytes", "npy", "text", "wav", "auto"]
 TEXT_EXTENSIONS = (".txt", ".json", ".csv", ".jsonl", ".md")
@@ -73,6 +75,8 @@ def decode_npy(data: bytes, where: str) -> torch.Tensor:
     if not array.dtype.isnative:  # saved on a big-endian machine (">f4"): torch takes native order only
         array = array.astype(array.dtype.newbyteorder("="))
     try:
+        import torch  # here, not at the top: packing reads npy_layout and must not load torch
+
         return torch.from_numpy(np.ascontiguousarray(array))
     except TypeError as exc:  # a dtype torch has no tensor for (strings, unsigned 32-bit, ...)
         raise CorruptRecordError(f"{where}: array of dtype {array.dtype} has no torch tensor type ({exc}); "
@@ -105,6 +109,8 @@ def decode_wav(data: bytes, where: str) -> torch.Tensor:
     else:
         samples = np.frombuffer(raw, dtype={1: np.uint8, 2: "<i2", 4: "<i4"}[width]).astype(
             {1: np.uint8, 2: np.int16, 4: np.int32}[width])
+    import torch
+
     return torch.from_numpy(np.ascontiguousarray(samples.reshape(-1, channels).T))
 
 
