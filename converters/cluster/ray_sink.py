@@ -51,7 +51,9 @@ class PackSink(Datasink[TaskPart | None]):
         image: The column holding each record's image (bytes, a NumPy array, a path).
         label: The column holding its label (a number, or a class name); ``None``: no labels.
         key: The column naming each record (unique text: the index's ``path``); records are
-            written in key order.
+            written in key order, unless ``order`` names another column.
+        order: A column of whole numbers (or text) records are written in the order of, instead
+            of their key's (``fastload pack --ray`` passes the local listing's positions).
         fields: Other columns to keep, by name (typed from the values) or as ``{name: type}``.
         classes: Class names in label order; default: the names found, sorted (as a folder's).
         format: Shard storage, ``"lmdb"`` or ``"hdf5"``.
@@ -64,7 +66,7 @@ class PackSink(Datasink[TaskPart | None]):
     """
 
     def __init__(self, out: str | os.PathLike[str], *, image: str = "image", label: str | None = "label",
-                 key: str = "path", fields: Sequence[str] | Mapping[str, str] = (),
+                 key: str = "path", order: str | None = None, fields: Sequence[str] | Mapping[str, str] = (),
                  classes: Sequence[str] | None = None, format: StorageKind = "lmdb", shard_size: str | int = "256MB",
                  overwrite: bool = False, quality: int | None = None, on_error: Literal["fail", "skip"] = "fail",
                  check: Literal["header", "decode"] = "header", max_pixels: int = MAX_PIXELS,
@@ -92,7 +94,7 @@ class PackSink(Datasink[TaskPart | None]):
             fields=tuple(fields), types=types, classes=tuple(classes) if classes is not None else None,
             writer={"format": format, "shard_size": self.shard_bytes, "quality": quality, "on_error": on_error,
                     "check": check, "max_pixels": max_pixels, "max_file_size": max_file_size,
-                    "mask_storage": mask_storage})
+                    "mask_storage": mask_storage}, order=order)
         self.report: PackReport | None = None
         self._lock: PackLock | None = None
 

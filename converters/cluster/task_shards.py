@@ -39,30 +39,32 @@ class SinkSettings:
     types: dict[str, str] | None  # each field's type when the user named them; else typed from the rows
     classes: tuple[str, ...] | None
     writer: dict[str, Any] = field(default_factory=dict)  # format, shard_size, quality, on_error, check, ...
+    order: str | None = None  # the column rows are sorted by (None: the key)
 
     def facts(self) -> str:
         """The settings that change what a task writes (not where): part of every task's digest."""
         return json.dumps([self.image, self.label, self.key, self.fields, self.types, self.classes,
-                           sorted(self.writer.items())], default=str)
+                           sorted(self.writer.items()), *([self.order] if self.order else [])], default=str)
 
 
 @dataclass(frozen=True)
 class TaskPart:
-    """One write task's result: its dataset's folder (``None``: every row skipped) and key range."""
+    """One write task's result: its dataset's folder (``None``: every row skipped) and range of sort
+    values (its keys', or its ``order`` column's)."""
 
     folder: str | None
-    first_key: str
-    last_key: str
+    first_key: str | int
+    last_key: str | int
     records: int
     skipped: list[tuple[str, str]]  # (key, reason) of each row left out (on_error="skip")
 
 
 def write_rows(rows: Iterable[Mapping[str, Any]], settings: SinkSettings) -> TaskPart | None:
     """Write one task's rows (any order) as a dataset under ``settings.work``; ``None`` for no rows."""
-    keyed = sorted(((_key(row, settings.key), row) for row in rows), key=lambda kr: kr[0])
+    keyed = sorted(((_order(row, settings), _key(row, settings.key), row) for row in rows), key=lambda okr: okr[0])
     if not keyed:
         return None
-    samples = [_sample(key, row, settings) for key, row in keyed]
+    samples = [_sample(key, row, settings) for _, key, row in keyed]
     classes = settings.classes
     if classes is None and settings.label is not None:
         names = [s["label"] for s in samples if isinstance(s["label"], str)]
@@ -73,7 +75,7 @@ def write_rows(rows: Iterable[Mapping[str, Any]], settings: SinkSettings) -> Tas
         classes = tuple(sorted(set(names))) if names else None  # this task's; the driver maps them to the pack's
     digest = _digest(samples, settings, classes)
     folder = Path(settings.work) / digest
-    first, last = keyed[0][0], keyed[-1][0]
+    first, last = keyed[0][0], keyed[-1][0]  # sort values: the driver orders the tasks by them
     done = _finished(folder)
     if done is not None:
         return TaskPart(digest, first, last, done.num_records, _skips(folder))
@@ -103,6 +105,20 @@ def _key(row: Mapping[str, Any], column: str) -> str:
     if not isinstance(value, str) or not value:
         raise SourceError(f"key column {column!r} holds {type(value).__name__} {value!r}: a record's key is "
                           "non-empty text; make one with map_batches (zero-pad numbers so they sort in order)")
+    return value
+
+
+def _order(row: Mapping[str, Any], settings: SinkSettings) -> str | int:
+    """The value a row is sorted by: its key, or its ``order`` column's whole number or text."""
+    if settings.order is None:
+        return _key(row, settings.key)
+    if settings.order not in row:
+        raise SourceError(f"order column {settings.order!r} is not in the rows (columns: {', '.join(row)}); "
+                          "pass order= naming a column of whole numbers or text, or leave it out to sort by key")
+    value = _plain(row[settings.order])
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise SourceError(f"order column {settings.order!r} holds {type(value).__name__} {value!r}; "
+                          "rows are sorted by whole numbers or text")
     return value
 
 

@@ -42,6 +42,8 @@ def pack_command(args: argparse.Namespace) -> int:
         raise SourceError(f"fastload pack takes one SRC, got {len(args.src)} ({args.src[0]}, {args.src[1]}, ...); "
                           "for several tars, quote a brace list ('data-{000..099}.tar', which your shell "
                           "would otherwise expand) or pass the folder that holds them")
+    if args.ray is not None:
+        return _pack_on_ray(args)
     report = pack(args.src[0], args.out, format=args.format, shard_size=args.shard_size, workers=args.workers,
                   extensions=args.extensions, on_error=args.on_error, max_side=args.max_side,
                   quality=args.quality, overwrite=args.overwrite, append=args.append,
@@ -53,6 +55,29 @@ def pack_command(args: argparse.Namespace) -> int:
                   allow_outside_root=args.allow_outside_root, sidecar_names=args.sidecar_names,
                   image_column=args.image_column, label_column=args.label_column,
                   columns=_names(args.columns), mask_storage=args.mask_storage)
+    print(report.summary())
+    return 0
+
+
+def _pack_on_ray(args: argparse.Namespace) -> int:
+    """``pack --ray``: the local pack's listing, packed by Ray tasks (converters.cluster.ray_source)."""
+    from fastload.converters.cluster.ray_source import pack_on_ray
+
+    local_only = {"--max-side": args.max_side, "--quality": args.quality, "--restart-markers": args.restart_markers,
+                  "--append": args.append, "--sidecars": args.sidecars, "--sidecar-names": args.sidecar_names,
+                  "--file-columns": args.file_columns, "--workers": args.workers, "--staging": args.staging,
+                  "--storage-option": args.storage_option}
+    given = [flag for flag, value in local_only.items() if value]
+    if given:
+        raise SourceError(f"{args.src[0]}: {given[0]} is not for --ray packs yet (its tasks copy each file's bytes "
+                          "as they are, and Ray chooses the parallelism); pack without --ray, or leave it out")
+    table = {"image_column": args.image_column, "label_column": args.label_column, "columns": _names(args.columns)}
+    report = pack_on_ray(args.src[0], args.out, address=None if args.ray == "local" else args.ray,
+                         format=args.format or "lmdb", shard_size=args.shard_size, extensions=args.extensions,
+                         on_error=args.on_error, overwrite=args.overwrite, layout=args.layout, check=args.check,
+                         max_pixels=args.max_pixels, max_file_size=args.max_file_size,
+                         mask_storage=args.mask_storage or "rows", progress=not args.quiet, root=args.root,
+                         allow_outside_root=args.allow_outside_root, table=table)
     print(report.summary())
     return 0
 

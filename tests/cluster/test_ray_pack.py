@@ -193,3 +193,26 @@ def test_a_node_lost_mid_pack_loses_no_record(cluster: Cluster, photos: tuple[Pa
     listed = {s.file for s in packed.manifest.shards}
     assert {p.name for p in out.glob("shard-*")} == listed and not (out / PACK_STATE_DIR).exists()  # no orphan
     assert np.array_equal(packed.targets, fastload.PackedDataset(local).targets)
+
+
+def test_cli_ray_packs_the_records_of_a_local_pack(cluster: Cluster, photos: tuple[Path, Path],
+                                                   tmp_path: Path) -> None:
+    """``fastload pack SRC --ray ADDRESS``: the local listing's records, order, labels, paths and
+    fields, for a folder and for a JSONL list whose order is not its paths' (the shards may differ)."""
+    root, local = photos
+    out = tmp_path / "cli.fl"
+    assert main(["pack", str(root), "-o", str(out), "--ray", cluster.address, "--shard-size", "20KB", "--quiet"]) == 0
+    assert len(fastload.PackedDataset(out).manifest.shards) > 1
+    assert_same_records(out, local, fields=("path",))
+    placement = {"shard.npy", "offset.npy", "position.npy"}  # where each record sits: the shards differ
+    assert {n: b for n, b in index_bytes(out).items() if n not in placement} == {
+        n: b for n, b in index_bytes(local).items() if n not in placement}  # checksums, paths, labels, sizes
+    files = sorted(root.rglob("*.jpg"), key=lambda p: p.name, reverse=True)  # not in path order
+    lines = [f'{{"path": "{p.relative_to(root.parent).as_posix()}", "label": "{p.parent.name}", "n": {k}, '
+             f'"caption": "photo {k}"}}' for k, p in enumerate(files)]
+    (root.parent / "list.jsonl").write_text("\n".join(lines) + "\n")
+    listed = root.parent / "list.jsonl"
+    fastload.pack(listed, tmp_path / "list-local.fl")
+    assert main(["pack", str(listed), "-o", str(tmp_path / "list-ray.fl"), "--ray", cluster.address, "--shard-size", "20KB", "--quiet"]) == 0
+    assert_same_records(tmp_path / "list-ray.fl", tmp_path / "list-local.fl", fields=("path", "n", "caption"))
+    assert main(["verify", str(tmp_path / "list-ray.fl")]) == 0
