@@ -261,4 +261,5 @@ def writer_schema(base: AppendBase, format: str | None, fields: Mapping[str, str
     # without class names a label is a number: the samples have one when the dataset's records do
     labels = load_column(base.out, "label", old.index["label"], old.num_records)
     schema.has_label = old.classes is not None or classes is not None or bool(np.any(labels >= 0))
+    schema.seen = True  # decided here, not by the first sample
     return old.storage, schema

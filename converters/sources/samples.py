@@ -60,6 +60,7 @@ class Schema:
         self.classes = list(classes) if classes is not None else None
         self.types: dict[str, str] | None = None
         self.has_label = classes is not None
+        self.seen = False  # a sample checked already: the first one says whether samples have labels
         if fields is not None:
             self.types = dict(fields)
             for name, dtype in self.types.items():
@@ -83,8 +84,9 @@ class Schema:
         key = sample.get(KEY, f"{number:08d}")
         if not isinstance(key, str) or not key or "\x00" in key:
             raise BadSample(f"{KEY} is {key!r}: a sample's key must be non-empty text")
-        if self.types is None:  # the first sample: its fields are every sample's
-            self.has_label = self.has_label or "label" in sample
+        if not self.seen:  # the first sample: its label (and, unless fields= named them, its fields) are every sample's
+            self.has_label, self.seen = self.has_label or "label" in sample, True
+        if self.types is None:
             self.types = {name: _infer(name, value) for name, value in sample.items()
                           if name not in ("image", "label", KEY) and _check_name(name) is None}
         expected = ["image", *(["label"] if self.has_label else []), *self.types]

@@ -2,10 +2,14 @@
 once for the module: folders and Parquet tables packed by Ray read back bit-exact against a local
 ``fastload.pack`` of the same source, in the same order; the same pack twice gives the same index;
 a failed pack leaves the old dataset; a re-run reuses the tasks' finished shards; a node lost
-mid-pack leaves every record exactly once and no orphan file."""
+mid-pack leaves every record exactly once and no orphan file; ``fastload pack SRC --ray ADDRESS`` on a
+folder, a JSONL list and WebDataset tars gives a local pack's records."""
 
 from __future__ import annotations
 
+import io
+import json
+import tarfile
 import threading
 import time
 from collections.abc import Iterator
@@ -216,3 +220,23 @@ def test_cli_ray_packs_the_records_of_a_local_pack(cluster: Cluster, photos: tup
     assert main(["pack", str(listed), "-o", str(tmp_path / "list-ray.fl"), "--ray", cluster.address, "--shard-size", "20KB", "--quiet"]) == 0
     assert_same_records(tmp_path / "list-ray.fl", tmp_path / "list-local.fl", fields=("path", "n", "caption"))
     assert main(["verify", str(tmp_path / "list-ray.fl")]) == 0
+
+
+def test_cli_ray_packs_webdataset_tars_as_a_local_pack(cluster: Cluster, photos: tuple[Path, Path],
+                                                       tmp_path: Path) -> None:
+    """Tar members read in place by the tasks; numbered labels (.cls, no class names) and a .json field."""
+    files = sorted(photos[0].rglob("*.jpg"))
+    tars = tmp_path / "tars"
+    tars.mkdir()
+    for part in range(2):
+        with tarfile.open(tars / f"data-{part}.tar", "w") as tar:
+            for k, path in enumerate(files[part::2]):
+                for ext, data in (("jpg", path.read_bytes()), ("cls", str(k % 3).encode()),
+                                  ("json", json.dumps({"n": k}).encode())):
+                    info = tarfile.TarInfo(f"{path.stem}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    fastload.pack(tars, tmp_path / "local.fl")
+    assert main(["pack", str(tars), "-o", str(tmp_path / "ray.fl"), "--ray", cluster.address, "--shard-size", "20KB",
+                 "--quiet"]) == 0
+    assert_same_records(tmp_path / "ray.fl", tmp_path / "local.fl", fields=("path", "n"))

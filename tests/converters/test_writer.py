@@ -119,6 +119,15 @@ def test_array_fields_npy_files_16_bit_masks_keys_and_class_names(tmp_path):
     assert np.array_equal(np.load(io.BytesIO(r["emb"])), embedding)
 
 
+def test_fields_named_with_number_labels_and_no_classes_keep_the_labels(tmp_path):
+    # fields= types the fields; the first sample still says whether samples carry a label
+    with fastload.Writer(tmp_path / "a.fl", fields={"n": "int64"}) as w:
+        for k in range(3):
+            w.write({"image": make_png(4, 3, seed=k), "label": 7 - k, "n": k})
+    ds = fastload.PackedDataset(tmp_path / "a.fl")
+    assert not ds.classes and [ds.record(i)["label"] for i in range(3)] == [7, 6, 5]
+
+
 def test_jpeg_quality_is_used_and_recorded(tmp_path):
     array = np.random.default_rng(0).integers(0, 256, (20, 30, 3), dtype=np.uint8)
     with fastload.Writer(tmp_path / "j.fl", quality=80) as w:
