@@ -127,31 +127,33 @@ def give_back_large_blocks(threshold: int = 4 * 2**20) -> None:
         mallopt(-3, threshold)  # M_MMAP_THRESHOLD
 
 
-def fetch_in_order(store: Any, objects: Sequence[tuple[str, int]], batch_count: int = 64,
+def fetch_in_order(store: Any, objects: Sequence[tuple[str, int] | tuple[str, int, int]], batch_count: int = 64,
                    batch_bytes: int = 64 * 2**20) -> Iterator[bytes | OSError]:
     """Each object's bytes from an object store, in order: batches of up to ``batch_count``
     objects (``batch_bytes`` in all) fetched with every GET in flight, the next batch fetched
     while this one is packed. An object the store refuses (404, 403) is an OSError in its place;
-    a store that stays unreachable through the retries stops the pack (it resumes)."""
+    a store that stays unreachable through the retries stops the pack (it resumes). An entry
+    ``(name, size)`` is a whole object; ``(name, offset, size)`` a range of one (a tar member)."""
     from fastload.errors import RemoteAccessDenied, RemoteNotFound
 
-    batches: list[list[tuple[str, int]]] = [[]]
+    batches: list[list[tuple[str, int, int]]] = [[]]
     filled = 0
-    for name, size in objects:
+    for entry in objects:
+        name, offset, size = entry if len(entry) == 3 else (entry[0], 0, entry[1])  # type: ignore[misc]
         if batches[-1] and (len(batches[-1]) >= batch_count or filled + size > batch_bytes):
             batches.append([])
             filled = 0
-        batches[-1].append((name, size))
+        batches[-1].append((name, offset, size))
         filled += size
 
-    def fetch(batch: list[tuple[str, int]]) -> list[bytes | OSError]:
+    def fetch(batch: list[tuple[str, int, int]]) -> list[bytes | OSError]:
         try:
-            return list(store.read_ranges([(name, 0, size) for name, size in batch]))
+            return list(store.read_ranges(batch))
         except (RemoteNotFound, RemoteAccessDenied):
             out: list[bytes | OSError] = []
-            for name, size in batch:  # find which objects are refused
+            for entry in batch:  # find which objects are refused
                 try:
-                    out.append(store.read_ranges([(name, 0, size)])[0])
+                    out.append(store.read_ranges([entry])[0])
                 except (RemoteNotFound, RemoteAccessDenied) as exc:
                     out.append(exc)
             return out

@@ -26,6 +26,14 @@ def list_to_pack(src: object, src_store: Any, src_path: Path | None, *, layout: 
     file list's paths confined to ``root`` (None: its folder) unless ``allow_outside_root`` (see
     converters.sources.confine). ``table``: the image/label/field columns of a table source."""
     table = {k: v for k, v in (table or {}).items() if v is not None}
+    found = None  # what a store URL names: tars, tables or files (converters.sources.store_files)
+    if src_store is not None and layout in ("auto", "webdataset", "table"):
+        from fastload.converters.sources.store_files import store_source
+
+        found = store_source(src_store, layout)
+        if found[0] == "tables":
+            return _list_table(src, None, extensions, options, sidecars, file_columns, root, allow_outside_root,
+                               sidecar_names, table, found)
     if src_path is None and src_store is None or layout == "table" or (
             layout == "auto" and src_path is not None and is_table_source(src_path)):
         return _list_table(src, src_path, extensions, options, sidecars, file_columns, root, allow_outside_root,
@@ -33,13 +41,16 @@ def list_to_pack(src: object, src_store: Any, src_path: Path | None, *, layout: 
     if table:
         raise SourceError(f"{src}: --{next(iter(table)).replace('_', '-')} is for tables (.parquet, .arrow, "
                           ".feather files and Hugging Face datasets), which SRC is not")
+    if found is not None and found[0] == "tars":
+        return _list_tars(src, extensions, on_error, options, False, file_columns, root, allow_outside_root,
+                          sidecar_names, found)
     if src_store is not None:
         if sidecars or sidecar_names or file_columns or root is not None or allow_outside_root:
             raise SourceError(f"{src}: --sidecars, --file-columns, --root and --allow-outside-root are for local "
                               "folders and file lists; a store prefix as SRC cannot have them yet: copy it to "
                               "a local folder first")
         return list_store_source(src_store, layout=layout, extensions=extensions, on_error=on_error,
-                                 max_file_size=options["max_file_size"])
+                                 max_file_size=options["max_file_size"], objects=found and found[2])
     assert src_path is not None
     if layout == "webdataset" or (layout == "auto" and is_tar_source(src_path)):
         return _list_tars(src_path, extensions, on_error, options, sidecars, file_columns, root, allow_outside_root,
@@ -67,11 +78,13 @@ def list_to_pack(src: object, src_store: Any, src_path: Path | None, *, layout: 
     return listing
 
 
-def _list_tars(src: Path, extensions: tuple[str, ...], on_error: str, options: dict[str, Any], sidecars: bool,
+def _list_tars(src: object, extensions: tuple[str, ...], on_error: str, options: dict[str, Any], sidecars: bool,
                file_columns: tuple[str, ...], root: object, allow_outside_root: bool,
-               sidecar_names: dict[str, str] | None) -> SourceListing:
-    """WebDataset tars: their members are grouped by key already (``--sidecars`` changes nothing); one
-    ``--extensions`` names the image member (jpg) when samples hold several images."""
+               sidecar_names: dict[str, str] | None, found: Any = None) -> SourceListing:
+    """WebDataset tars (on disk, or ``found`` in a store): their members are grouped by key already
+    (``--sidecars`` changes nothing); one ``--extensions`` names the image member (jpg) when samples
+    hold several images."""
+    from fastload.converters.sources.store_files import list_store_tars
     from fastload.converters.sources.webdataset import list_tars
 
     if file_columns or root is not None or allow_outside_root:
@@ -81,8 +94,14 @@ def _list_tars(src: Path, extensions: tuple[str, ...], on_error: str, options: d
         raise SourceError(f"{src}: --extensions names the one member that is each sample's image in WebDataset "
                           f"tars (jpg), not {len(extensions)}")
     image_ext = extensions[0].lstrip(".") if extensions != IMAGE_EXTENSIONS else None
-    listing = list_tars(src, on_error=on_error, max_file_size=options["max_file_size"], image_ext=image_ext,
-                        names=sidecar_names)
+    if found is None:
+        listing = list_tars(src, on_error=on_error, max_file_size=options["max_file_size"],  # type: ignore[arg-type]
+                            image_ext=image_ext, names=sidecar_names)
+    else:
+        _, folder, objects, others = found
+        listing = list_store_tars(str(src), folder, objects, on_error=on_error, max_file_size=options["max_file_size"],
+                                  image_ext=image_ext, names=sidecar_names)
+        listing.ignored.update(others)
     if options["reencode"] and options["reencode"]["max_side"] and listing.file_fields:
         raise SourceError(f"{src}: --max-side would shrink the images but not their file fields "
                           f"({', '.join(listing.file_fields)}), which must stay their size; pack without it")
@@ -91,11 +110,12 @@ def _list_tars(src: Path, extensions: tuple[str, ...], on_error: str, options: d
 
 def _list_table(src: object, src_path: Path | None, extensions: tuple[str, ...], options: dict[str, Any],
                 sidecars: bool, file_columns: tuple[str, ...], root: object, allow_outside_root: bool,
-                sidecar_names: dict[str, str] | None, table: dict[str, Any]) -> SourceListing:
-    """Parquet / Arrow tables, or an in-memory Hugging Face dataset: one record per row."""
+                sidecar_names: dict[str, str] | None, table: dict[str, Any], found: Any = None) -> SourceListing:
+    """Parquet / Arrow tables (on disk, or ``found`` in a store), or an in-memory Hugging Face dataset:
+    one record per row."""
     from fastload.converters.sources.tables import is_dataset, list_dataset, list_tables
 
-    where = src_path if src_path is not None else "the dataset"
+    where = src_path if src_path is not None else src if found is not None else "the dataset"
     if sidecars or sidecar_names or file_columns or root is not None or allow_outside_root:
         raise SourceError(f"{where}: --sidecars, --sidecar-names, --file-columns, --root and --allow-outside-root "
                           "are for folders and file lists; a table's columns are its fields: choose them with "
@@ -103,13 +123,17 @@ def _list_table(src: object, src_path: Path | None, extensions: tuple[str, ...],
     if extensions != IMAGE_EXTENSIONS:
         raise SourceError(f"{where}: --extensions chooses files; a table's image is a column: name it with "
                           "--image-column")
+    if found is not None:
+        from fastload.converters.sources.store_files import list_store_tables
+
+        _, folder, objects, others = found
+        listing = list_store_tables(str(src), folder, objects, max_file_size=options["max_file_size"], **table)
+        listing.ignored.update(others)
+        return listing
     if src_path is None:
-        if not is_dataset(src) and not isinstance(src, str):
+        if not is_dataset(src):
             raise SourceError(f"a {type(src).__name__} is not a source fastload packs: give a path or URL, a "
                               "datasets.Dataset, or a map-style dataset (len and [i]; an iterable one: write its "
                               "samples with fastload.Writer)")
-        if not is_dataset(src):
-            raise SourceError(f"{src}: tables in an object store are not read in place yet; copy them to a local "
-                              "folder first")
         return list_dataset(src, max_file_size=options["max_file_size"], **table)
     return list_tables(src_path, max_file_size=options["max_file_size"], **table)

@@ -14,13 +14,15 @@ from fastload.format.layout import IMAGE_EXTENSIONS
 
 
 def list_store_source(store: Any, *, layout: Layout = "auto", extensions: tuple[str, ...] = IMAGE_EXTENSIONS,
-                      on_error: str = "fail", max_file_size: int | None = None) -> SourceListing:
+                      on_error: str = "fail", max_file_size: int | None = None,
+                      objects: list[tuple[str, int, str]] | None = None) -> SourceListing:
     """List the objects under ``store``'s folder in record order (the order a local pack of the same
-    tree gives: depth first, names sorted at each level), with one listing request per 1,000 objects."""
+    tree gives: depth first, names sorted at each level), with one listing request per 1,000 objects
+    (none when ``objects`` gives its listing already)."""
     if layout == "list":
         raise SourceError(f"{store.url}: a CSV/JSONL file list is read from a local file; download it and "
                           "pass its path (the files it names may be URLs of a store only by their folder)")
-    objects = sorted(store.list_objects(), key=lambda o: o[0].split("/"))
+    objects = sorted(store.list_objects() if objects is None else objects, key=lambda o: o[0].split("/"))
     if not objects:
         raise SourceNotFoundError(f"{store.url}: no objects under this prefix; check the URL (and the "
                                   "credentials' access to listing it), or upload the images first (for S3: "

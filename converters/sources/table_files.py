@@ -76,7 +76,7 @@ class TableFile:
         self.path, self.name, self.schema = path, name, schema
         self.starts = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)]).astype(np.int64)
         self.mtime_ns, self.stamp = 0, (-1, -1)
-        if path.is_file():  # a rewritten file redoes its shards (see converters.packing.plan)
+        if isinstance(path, Path) and path.is_file():  # a rewritten file redoes its shards (see converters.packing.plan)
             st = path.stat()
             self.mtime_ns, self.stamp = st.st_mtime_ns, (st.st_ctime_ns, st.st_ino)
 
@@ -113,16 +113,22 @@ class TableFile:
 
 class ParquetTable(TableFile):
     """A Parquet file: row groups; a row's size estimated from its row group's metadata (the image
-    column's uncompressed bytes over its rows), so listing reads no image."""
+    column's uncompressed bytes over its rows), so listing reads no image. ``source``: a file object
+    to read it through (an object of a store: converters.sources.store_files), ``version`` its ETag's
+    hash, standing in for a file's mtime."""
 
-    def __init__(self, path: Path, name: str) -> None:
+    def __init__(self, path: Path, name: str, source: Any = None, version: int = 0) -> None:
         pq = require("pyarrow.parquet", "packing Parquet tables")
         try:
-            self.file = pq.ParquetFile(path)
+            self.file = pq.ParquetFile(path if source is None else source)
         except (OSError, ValueError) as exc:  # ArrowInvalid is a ValueError
+            if is_unreachable(exc):
+                raise
             raise SourceError(f"{path}: not a readable Parquet file ({exc}); re-write it, or leave it out") from None
         meta = self.file.metadata
         super().__init__(path, name, self.file.schema_arrow, [meta.row_group(k).num_rows for k in range(meta.num_row_groups)])
+        if source is not None:
+            self.mtime_ns = version
 
     def read(self, k: int, columns: list[str]) -> Any:
         return self.file.read_row_group(k, columns=columns)
@@ -191,6 +197,14 @@ class MemoryTable(TableFile):
     def read(self, k: int, columns: list[str]) -> Any:
         start = int(self.starts[k])
         return self.table.select(columns).slice(start, int(self.starts[k + 1]) - start)
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """A store that failed for good (retries ran out, credentials refused): it stops the pack, which
+    resumes, rather than making every row after it a bad entry. A missing object is that row's."""
+    from fastload.errors import RemoteNotFound, RemoteReadError
+
+    return isinstance(exc, RemoteReadError) and not isinstance(exc, RemoteNotFound)
 
 
 def open_table(path: Path, name: str) -> TableFile:

@@ -30,7 +30,13 @@ from fastload.converters.sources.table_columns import (
     hf_features,
     raw_labels,
 )
-from fastload.converters.sources.table_files import MemoryTable, TableFile, open_table, table_paths
+from fastload.converters.sources.table_files import (
+    MemoryTable,
+    TableFile,
+    is_unreachable,
+    open_table,
+    table_paths,
+)
 
 from fastload.errors import SourceError
 from fastload.optional import require
@@ -47,6 +53,13 @@ def list_tables(src: Path, *, max_file_size: int | None, image_column: str | Non
     root, paths = table_paths(src)
     tables = [open_table(path, path.relative_to(root).as_posix()) for path in paths]
     return _listing(root, tables, image_column, label_column, columns, max_file_size)
+
+
+def list_opened_tables(root: object, tables: list[TableFile], *, max_file_size: int | None,
+                       image_column: str | None = None, label_column: str | None = None,
+                       columns: Sequence[str] | None = None) -> SourceListing:
+    """Every row of ``tables``, opened already (a store's objects: converters.sources.store_files)."""
+    return _listing(root, tables, image_column, label_column, columns, max_file_size)  # type: ignore[arg-type]
 
 
 def list_dataset(src: Any, *, max_file_size: int | None, image_column: str | None = None,
@@ -179,6 +192,8 @@ class TableRows:
             try:
                 self.cells = table.read(k, [self.column]).column(0)
             except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+                if is_unreachable(exc):
+                    raise
                 self.cells = OSError(errno.EIO, f"its batch {k} of {table.name} cannot be read ({exc})")
         if isinstance(self.cells, OSError):
             return self.cells

@@ -9,23 +9,25 @@ whose keys become typed fields (as a JSONL list's columns), and every other memb
 named by its extension (``png``: a mask, ``npy``: an array; ``names`` renames them, as
 ``--sidecar-names`` does). Members are read in place (offsets from the tar's headers), never
 extracted. A source is a ``.tar`` file, a brace list (``data-{000000..000099}.tar``) or a folder of
-``.tar`` files.
+``.tar`` files, on disk or in an object store (converters.sources.store_files).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import tarfile
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from fastload.converters.sources.file_fields import field_type
 from fastload.converters.sources.file_lists import typed_field
 from fastload.converters.sources.items import (
+    MemberReader,
     Skip,
     SourceFile,
     SourceItem,
@@ -49,41 +51,72 @@ class _DamagedTar(Exception):
         self.rel, self.reason = rel, reason
 
 
+@dataclass(frozen=True)
+class TarObject:
+    """One tar: where it is (a path, or an object's URL: what its items name), its name, size and
+    version (mtime, or the store's ETag), what a rewrite cannot keep, and how to open it."""
+
+    path: Path
+    name: str
+    size: int
+    mtime_ns: int
+    stamp: tuple[int, int]
+    open: Callable[[], IO[bytes]]
+
+
 @dataclass
 class _Member:
-    tar: Path
+    tar: TarObject
     name: str
     offset: int
     size: int
+    text: bytes | None = None  # a text member's bytes, read with the headers
+
+
+Groups = list[tuple[str, dict[str, _Member]]]
 
 
 def list_tars(src: Path, *, on_error: str, max_file_size: int | None, image_ext: str | None = None,
               names: dict[str, str] | None = None) -> SourceListing:
     """Every sample of the tars ``src`` names, in tar and member order (see the module's docstring)."""
-    root, tars = tar_paths(src)
-    reader = TarMembers()  # its descriptors serve the text members now, and the pack later
-    listing = SourceListing(root=root, layout="webdataset", items=[], classes=None, images=True, reader=reader)
-    stats = {tar: tar.stat() for tar in tars}
-    groups: list[tuple[Path, str, dict[str, _Member]]] = []
-    seen: dict[str, Path] = {}
-    for tar in tars:
-        try:
-            for key, members in _groups(tar, listing):
+    root, paths = tar_paths(src)
+    tars = []
+    for path in paths:
+        st = path.stat()
+        tars.append(TarObject(path, path.name, st.st_size, st.st_mtime_ns, (st.st_ctime_ns, st.st_ino),
+                              lambda path=path: open(path, "rb")))  # noqa: SIM115 - the walk closes it
+    return list_tar_objects(src, root, tars, TarMembers(), on_error=on_error, max_file_size=max_file_size,
+                            image_ext=image_ext, names=names)
+
+
+def list_tar_objects(src: object, root: object, tars: list[TarObject], reader: MemberReader, *, on_error: str,
+                     max_file_size: int | None, image_ext: str | None = None, names: dict[str, str] | None = None,
+                     walks: int = 1) -> SourceListing:
+    """Every sample of ``tars`` (their headers walked ``walks`` tars at a time), read by ``reader``."""
+    listing = SourceListing(root=root, layout="webdataset", items=[], classes=None, images=True,  # type: ignore[arg-type]
+                            reader=reader)
+    groups: list[tuple[TarObject, str, dict[str, _Member]]] = []
+    seen: dict[str, TarObject] = {}
+    with ThreadPoolExecutor(walks, thread_name_prefix="fastload-tar-walk") as pool:
+        for tar, (found, ignored, damage) in zip(tars, pool.map(_walk, tars)):
+            listing.ignored.update(ignored)
+            for key, members in found:
                 if key in seen:
                     where = "earlier in this tar" if seen[key] == tar else f"in {seen[key].name}"
-                    raise SourceError(f"{tar}: key {key!r} appears again ({where}): WebDataset keys name one "
+                    raise SourceError(f"{tar.path}: key {key!r} appears again ({where}): WebDataset keys name one "
                                       "sample each; give each sample its own key")
                 seen[key] = tar
                 groups.append((tar, key, members))
-        except _DamagedTar as exc:  # what came before the damage is kept; the rest cannot be read
-            if on_error != "skip":
-                raise SourceError(f"{tar}: {exc.reason}; re-copy or re-write the tar, or pass --on-error skip") from None
-            listing.skipped.append(Skip(exc.rel, exc.reason))
+            if damage is not None:  # what came before the damage is kept; the rest cannot be read
+                if on_error != "skip":
+                    raise SourceError(f"{tar.path}: {damage.reason}; re-copy or re-write the tar, or pass "
+                                      "--on-error skip") from None
+                listing.skipped.append(Skip(damage.rel, damage.reason))
     if not groups:
         raise SourceError(f"{src}: no samples in {len(tars)} tar file(s) (members named <key>.<ext>)")
     image = image_ext or next((e for e in _IMAGE_EXTS if e in groups[0][2]), None)
     if image is None:
-        raise SourceError(f"{groups[0][0]}: sample {groups[0][1]!r} has no image member "
+        raise SourceError(f"{groups[0][0].path}: sample {groups[0][1]!r} has no image member "
                           f"({', '.join(sorted(groups[0][2]))}); name its extension with --image-ext")
     rename = {ext.lstrip(".").lower(): name for ext, name in (names or {}).items()}
     check_field_names(root, rename.values(), "a name given by --sidecar-names")
@@ -96,11 +129,11 @@ def list_tars(src: Path, *, on_error: str, max_file_size: int | None, image_ext:
     for tar, key, members in groups:
         rel = f"{tar.name}/{key}.{image}"
         try:
-            item, row, label = _sample(tar, key, members, image, exts, payloads, field_names, taken, max_file_size,
-                                       reader, stats[tar])
+            item, row, label = _sample(tar, key, members, image, exts, payloads, field_names, taken,
+                                       max_file_size)
         except SourceError as exc:
             if on_error != "skip":
-                raise SourceError(f"{tar}: sample {key!r}: {exc}; fix the tar, or pass --on-error skip") from None
+                raise SourceError(f"{tar.path}: sample {key!r}: {exc}; fix the tar, or pass --on-error skip") from None
             listing.skipped.append(Skip(rel, str(exc)))
             continue
         listing.items.append(item)
@@ -114,59 +147,71 @@ def list_tars(src: Path, *, on_error: str, max_file_size: int | None, image_ext:
         listing.fields[name], listing.field_values[name] = typed_field(root, rows, name)
     for column, ext in enumerate(payloads):
         listing.file_fields[field_names[ext]] = _first_type(listing, column, field_names[ext])
-    reader.close()  # reopened when the pack reads
+    if isinstance(reader, TarMembers):
+        reader.close()  # reopened when the pack reads
     return listing
 
 
-def _groups(tar: Path, listing: SourceListing) -> Iterator[tuple[str, dict[str, _Member]]]:
-    """``(key, {ext: member})`` for each run of members sharing a key, in the tar's order."""
-    size = tar.stat().st_size
+def _walk(tar: TarObject) -> tuple[Groups, Counter[str], _DamagedTar | None]:
+    """``(key, {ext: member})`` for each run of members sharing a key, in the tar's order; the members
+    left out, by why; the damage that ended the walk (the groups before it are kept)."""
+    groups: Groups = []
+    ignored: Counter[str] = Counter()
     key: str | None = None
     members: dict[str, _Member] = {}
-    with _open_tar(tar) as archive:
-        for info in archive:
-            if info.isdir():
-                continue
-            if not info.isreg():
-                listing.ignored["(link or device in a tar)"] += 1
-                continue
-            found = _KEY.match(info.name)
-            if found is None:
-                listing.ignored["(tar member without an extension)"] += 1
-                continue
-            name, ext = found.group(1), found.group(2).lower()
-            if info.offset_data + info.size > size:
-                raise _DamagedTar(f"{tar.name}/{info.name}", f"member {info.name} is truncated (its {info.size} "
-                                  f"bytes end past the file's {size}; nothing after it can be read)")
-            if name != key:
-                if key is not None:
-                    yield key, members
-                key, members = name, {}
-            if ext in members:
-                raise SourceError(f"{tar}: sample {name!r} has two .{ext} members; one sample has one of each")
-            members[ext] = _Member(tar, info.name, info.offset_data, info.size)
-        end = archive.offset
-    if key is not None:
-        yield key, members
-    with open(tar, "rb") as f:  # tarfile stops quietly at a damaged header: a tar ends in zero blocks
-        f.seek(end)
-        tail = f.read(1024)
-    if len(tail) < 1024 or tail.strip(b"\0"):
-        raise _DamagedTar(f"{tar.name}@{end}", f"damaged or truncated after byte {end} (no end-of-archive "
-                          "blocks; nothing after it can be read)")
-
-
-def _open_tar(tar: Path) -> tarfile.TarFile:
     try:
-        return tarfile.open(tar, "r:")
+        with tar.open() as f:
+            with _open_tar(tar, f) as archive:
+                for info in archive:
+                    if info.isdir():
+                        continue
+                    if not info.isreg():
+                        ignored["(link or device in a tar)"] += 1
+                        continue
+                    found = _KEY.match(info.name)
+                    if found is None:
+                        ignored["(tar member without an extension)"] += 1
+                        continue
+                    name, ext = found.group(1), found.group(2).lower()
+                    if info.offset_data + info.size > tar.size:
+                        raise _DamagedTar(f"{tar.name}/{info.name}", f"member {info.name} is truncated (its "
+                                          f"{info.size} bytes end past the file's {tar.size}; nothing after "
+                                          "it can be read)")
+                    if name != key:
+                        if key is not None:
+                            groups.append((key, members))
+                        key, members = name, {}
+                    if ext in members:
+                        raise SourceError(f"{tar.path}: sample {name!r} has two .{ext} members; one sample has "
+                                          "one of each")
+                    member = members[ext] = _Member(tar, info.name, info.offset_data, info.size)
+                    if ext in _TEXT_EXTS and info.size <= _MAX_TEXT_BYTES:  # from the block just read
+                        f.seek(info.offset_data)
+                        member.text = f.read(info.size)
+                end = archive.offset
+            if key is not None:
+                groups.append((key, members))
+            f.seek(end)  # tarfile stops quietly at a damaged header: a tar ends in zero blocks
+            tail = f.read(1024)
+        if len(tail) < 1024 or tail.strip(b"\0"):
+            raise _DamagedTar(f"{tar.name}@{end}", f"damaged or truncated after byte {end} (no end-of-archive "
+                              "blocks; nothing after it can be read)")
+    except _DamagedTar as exc:
+        return groups, ignored, exc
+    return groups, ignored, None
+
+
+def _open_tar(tar: TarObject, f: IO[bytes]) -> tarfile.TarFile:
+    try:
+        return tarfile.open(fileobj=f, mode="r:")
     except tarfile.ReadError as exc:
-        raise SourceError(f"{tar}: not an uncompressed tar file ({exc}); WebDataset shards are read in "
+        raise SourceError(f"{tar.path}: not an uncompressed tar file ({exc}); WebDataset shards are read in "
                           "place, so a .tar.gz must be unpacked to a .tar first") from None
 
 
-def _sample(tar: Path, key: str, members: dict[str, _Member], image: str, exts: list[str],
+def _sample(tar: TarObject, key: str, members: dict[str, _Member], image: str, exts: list[str],
             payloads: list[str], field_names: dict[str, str], taken: tuple[str, ...],
-            max_file_size: int | None, reader: TarMembers, st: os.stat_result) -> tuple[SourceItem, dict[str, Any], int]:
+            max_file_size: int | None) -> tuple[SourceItem, dict[str, Any], int]:
     """One group as an item (its image and file fields located in the tar), its text fields, its label."""
     missing = [f".{e}" for e in (image, *exts) if e not in members]
     if missing:
@@ -178,41 +223,40 @@ def _sample(tar: Path, key: str, members: dict[str, _Member], image: str, exts: 
     row: dict[str, Any] = {}
     label = -1
     if "cls" in members:
-        text = _text(members["cls"], reader).strip()
+        text = _text(members["cls"]).strip()
         try:
             label = int(text)
         except ValueError:
             raise SourceError(f"its .cls member holds {text[:40]!r}, not a whole-number class id") from None
     if "txt" in members:
-        row[field_names["txt"]] = _text(members["txt"], reader)
+        row[field_names["txt"]] = _text(members["txt"])
     if "json" in members:
-        value = _json(members["json"], reader)
+        value = _json(members["json"])
         clash = [k for k in value if k in taken]
         if clash:
             raise SourceError(f"its .json key {clash[0]!r} is taken (a sample already has {', '.join(taken)})")
-        check_field_names(f"{tar}: {key}.json", value, "a key of this member")
+        check_field_names(f"{tar.path}: {key}.json", value, "a key of this member")
         row.update(value)
-    stamp = (st.st_ctime_ns, st.st_ino)
-    files = tuple(SourceFile(tar, f"{tar.name}/{members[e].name}", members[e].size, st.st_mtime_ns, stamp,
+    files = tuple(SourceFile(tar.path, f"{tar.name}/{members[e].name}", members[e].size, tar.mtime_ns, tar.stamp,
                              offset=members[e].offset) for e in payloads)
     main = members[image]
-    item = SourceItem(tar, f"{tar.name}/{main.name}", -1, main.size, st.st_mtime_ns, files, stamp,
+    item = SourceItem(tar.path, f"{tar.name}/{main.name}", -1, main.size, tar.mtime_ns, files, tar.stamp,
                       offset=main.offset)
     return item, row, label
 
 
-def _text(member: _Member, reader: TarMembers) -> str:
-    if member.size > _MAX_TEXT_BYTES:
+def _text(member: _Member) -> str:
+    if member.text is None:
         raise SourceError(f"its member {member.name} holds {member.size} bytes, over {_MAX_TEXT_BYTES}")
     try:
-        return reader.read(member.tar, member.offset, member.size).decode("utf-8").removeprefix("\ufeff")
+        return member.text.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         raise SourceError(f"its member {member.name} is not UTF-8 text") from None
 
 
-def _json(member: _Member, reader: TarMembers) -> dict[str, Any]:
+def _json(member: _Member) -> dict[str, Any]:
     try:
-        value = json.loads(_text(member, reader))
+        value = json.loads(_text(member))
     except json.JSONDecodeError as exc:
         raise SourceError(f"its member {member.name} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
     if not isinstance(value, dict):
