@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from fastload.converters.cluster.ray_sink import PackSink
+from fastload.converters.cluster.task_shards import TaskPart
 from fastload.converters.packing.options import check_options, check_out_location, default_out
 from fastload.converters.packing.report import PackReport
 from fastload.converters.sources.items import (
@@ -58,28 +60,16 @@ def pack_on_ray(src: str | os.PathLike[str], out: str | os.PathLike[str] | None,
     if listing.file_fields:
         raise SourceError(f"{src}: its records have file fields ({', '.join(listing.file_fields)}), which --ray "
                           "does not pack yet; pack without --ray")
-    require("ray.data", "fastload pack --ray (packing on a Ray cluster)")
     import ray
-    from fastload.converters.cluster.ray_sink import PackSink
-    from fastload.converters.cluster.task_shards import TaskPart
-
     labelled = listing.classes is not None or any(item.label != NO_LABEL for item in listing.items)
-    sink = PackSink(out_path, image=IMAGE, label=LABEL if labelled else None, key=KEY, order=ORDER,
-                    fields=dict(listing.fields), classes=listing.classes, format=format, shard_size=shard_size,
-                    overwrite=overwrite, on_error=on_error, check=check, max_pixels=max_pixels,  # type: ignore[arg-type]
-                    max_file_size=max_file_size, mask_storage=mask_storage)  # type: ignore[arg-type]
-    listed_skips = [(s.rel, s.reason) for s in listing.skipped]
-    if listed_skips:  # the listing's skips join the tasks' in the report (a part with no dataset)
-        finish = sink.on_write_complete
-
-        def on_write_complete(result: Any) -> None:
-            result.write_returns = [*result.write_returns, TaskPart(None, "", "", 0, listed_skips)]
-            finish(result)
-
-        sink.on_write_complete = on_write_complete  # type: ignore[method-assign]
+    sink = ListedSink(out_path, image=IMAGE, label=LABEL if labelled else None, key=KEY, order=ORDER,
+                     fields=dict(listing.fields), classes=listing.classes, format=format, shard_size=shard_size,
+                     overwrite=overwrite, on_error=on_error, check=check, max_pixels=max_pixels,  # type: ignore[arg-type]
+                     max_file_size=max_file_size, mask_storage=mask_storage)  # type: ignore[arg-type]
+    sink.listed_skips = tuple((s.rel, s.reason) for s in listing.skipped)
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        ray.init(address=address or "local", include_dashboard=False, log_to_driver=False)
     context = ray.data.DataContext.get_current()
     before = context.execution_options.preserve_order, context.enable_progress_bars
     try:
@@ -99,14 +89,32 @@ def pack_on_ray(src: str | os.PathLike[str], out: str | os.PathLike[str] | None,
     return sink.report
 
 
+class ListedSink(PackSink):
+    """PackSink for listed rows: a block is one task's rows already (so Ray runs the read and the
+    write in one task, the bytes never in its object store), and the listing's skips join the tasks'."""
+
+    listed_skips: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def min_bytes_per_write(self) -> None:  # type: ignore[override]
+        return None
+
+    def on_write_complete(self, write_result: Any) -> None:
+        if self.listed_skips:  # a part with no dataset: the skips alone
+            write_result.write_returns = [*write_result.write_returns, TaskPart(None, "", "", 0, [*self.listed_skips])]
+        super().on_write_complete(write_result)
+
+
 def _parts(items: list[SourceItem], shard_bytes: int) -> Iterator[range]:
-    """Consecutive runs of items of about ``shard_bytes`` listed bytes each: one block, one write task."""
+    """Consecutive runs of items of at most ``shard_bytes`` listed bytes (or one item): a block, one
+    write task, cut as the Writer cuts a shard (before the item that would pass it): one shard each."""
     start, total = 0, 0
     for i, item in enumerate(items):
-        total += max(item.size, 0)
-        if total >= shard_bytes:
-            yield range(start, i + 1)
-            start, total = i + 1, 0
+        size = max(item.size, 0)
+        if i > start and total + size > shard_bytes:
+            yield range(start, i)
+            start, total = i, 0
+        total += size
     if start < len(items):
         yield range(start, len(items))
 
