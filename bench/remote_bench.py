@@ -5,10 +5,13 @@ a round trip to every request, read as small objects and as a packed dataset, si
         --json bench/results/remote.json
 
 The server is moto's (``moto[server]``, a dev dependency) on 127.0.0.1; in front of it the tests'
-fault proxy (tests/remote/fault_proxy.py) adds ``--latency`` seconds (default 20 ms) before each
-request is forwarded. Every contender keeps ``--in-flight`` (64) requests in flight. Each row runs
-in a fresh process (its peak RSS is its own); the proxy counts the requests and bytes each row asked
-the store for. Rows:
+latency proxy (tests/remote/latency_proxy.py, in a process of its own, bodies spliced; ``--proxy
+fault``: the fault tests' FaultProxy, in this process) adds ``--latency`` seconds (default 20 ms)
+before each request is forwarded. Every contender keeps ``--in-flight`` (64) requests in flight.
+Each row runs in a fresh process (its peak RSS is its own); the proxy counts the requests and bytes
+each row asked the store for. Each row also reports the CPU-seconds of the client (the row's
+process and its children), the server and the proxy over the row, so that it says how much of the
+machine the test bed itself took. Rows:
 
 * ``small objects``: the photos as one object each, shuffled, one GET per photo (the baseline);
 * ``packed, no cache``: ``PackedDataset(url, cache_limit=0)``: each record's exact byte range,
@@ -52,6 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("photos", help="the local photo folder (ImageFolder tree)")
     p.add_argument("packed", help="a local packed dataset of the same photos")
     p.add_argument("--latency", type=float, default=0.02, help="seconds added to every request (0.02)")
+    p.add_argument("--proxy", choices=("latency", "fault"), default="latency",
+                   help="latency: the splicing LatencyProxy in its own process (default); fault: FaultProxy")
     p.add_argument("--in-flight", type=int, default=64, help="requests in flight per contender (64)")
     p.add_argument("--small-records", type=int, default=3000,
                    help="photos read by the small-objects row (its rate is per request: steady early)")
@@ -230,9 +235,25 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _children_cpu() -> float:
+    """CPU-seconds of this process's waited-for children (each row's process and its workers)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _proxy_counts(proxy: Any) -> tuple[int, int, int]:
+    """The proxy's requests and ranged bytes since ``clear()``, and its process id."""
+    if hasattr(proxy, "stats"):  # LatencyProxy, in a process of its own
+        stats = proxy.stats()
+        return stats["requests"], stats["range_bytes"], proxy.pid
+    requests = proxy.requests  # FaultProxy, a thread of this process
+    return len(requests), sum(_range_length(r) for r in requests), os.getpid()
+
+
 def _run_row(name: str, kind: str, args: dict[str, Any], proxy: Any, server_pid: int) -> dict[str, Any]:
     proxy.clear()
-    server_cpu, proxy_cpu = _cpu_seconds(server_pid), _cpu_seconds(os.getpid())
+    proxy_pid = _proxy_counts(proxy)[2]
+    server_cpu, proxy_cpu, client_cpu = _cpu_seconds(server_pid), _cpu_seconds(proxy_pid), _children_cpu()
     done = subprocess.run([sys.executable, __file__, "x", "x", "--row", kind, "--row-args", json.dumps(args)],
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -242,20 +263,20 @@ def _run_row(name: str, kind: str, args: dict[str, Any], proxy: Any, server_pid:
     for line in warned:  # what the row's reader said (a full cache disk would otherwise pass unseen)
         print(f"  {name}: {line.strip()}", flush=True)
     result["warnings"] = warned
-    # the store and the proxy run on the same 2 cores as the reader: what they took is not the reader's
+    # the store and the proxy run on the same cores as the reader: what they took is not the reader's
+    result["client_cpu_s"] = _children_cpu() - client_cpu
     result["server_cpu_s"] = _cpu_seconds(server_pid) - server_cpu
-    result["proxy_cpu_s"] = _cpu_seconds(os.getpid()) - proxy_cpu
-    requests = proxy.requests
-    result["requests"] = len(requests)
-    result["range_bytes"] = sum(_range_length(r) for r in requests)
+    result["proxy_cpu_s"] = _cpu_seconds(proxy_pid) - proxy_cpu
+    result["requests"], result["range_bytes"], _ = _proxy_counts(proxy)
     result["name"] = name
     for e in result.get("epochs", []):
         e["rate"] = e["records"] / e["seconds"]
     result["rate"] = result["records"] / result["seconds"]
     total = sum(e["seconds"] for e in result.get("epochs", [result]))
     print(f"{name:<44} {result['rate']:>9,.0f} records/s  {result['records']:>6} records  "
-          f"{result['requests']:>6} requests  peak {result['peak_mb']:.0f} MB  store+proxy CPU "
-          f"{(result['server_cpu_s'] + result['proxy_cpu_s']) / total:.2f} cores", flush=True)
+          f"{result['requests']:>6} requests  peak {result['peak_mb']:.0f} MB  CPU-s client "
+          f"{result['client_cpu_s']:.1f} server {result['server_cpu_s']:.1f} proxy {result['proxy_cpu_s']:.1f}"
+          f" (bed {(result['server_cpu_s'] + result['proxy_cpu_s']) / total:.2f} cores)", flush=True)
     return result
 
 
@@ -343,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from fastload.format import read_manifest
     from tests.remote.fault_proxy import FaultProxy
+    from tests.remote.latency_proxy import LatencyProxy
     from tests.remote.s3_server import start_s3_server
 
     work = Path(args.work or tempfile.mkdtemp(prefix="fastload-remote-bench-"))
@@ -351,8 +373,12 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         photos_url, packed_url = _upload(Path(args.photos), Path(args.packed), server)
         print(f"uploaded in {time.perf_counter() - t:.0f} s", flush=True)
-        with FaultProxy(server.host, server.port) as proxy:
-            proxy.latency = args.latency
+        if args.proxy == "latency":
+            bed: Any = LatencyProxy(server.host, server.port, latency=args.latency)
+        else:
+            bed = FaultProxy(server.host, server.port)
+            bed.latency = args.latency
+        with bed as proxy:
             opts = server.storage_options(proxy.url)
             common = {"options": opts, "in_flight": args.in_flight}
             total = read_manifest(args.packed).total_bytes
@@ -401,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<40} {value:6.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "schema": "fastload-remote-bench/1", "latency_s": args.latency, "in_flight": args.in_flight,
+            "schema": "fastload-remote-bench/1", "latency_s": args.latency, "proxy": args.proxy, "in_flight": args.in_flight,
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
             "dataset_bytes": total, "rows": rows, "ratios": ratios}, indent=2) + "\n")
     return 0
