@@ -15,6 +15,7 @@ import itertools
 import os
 import shutil
 import warnings
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from fastload.format import (
     fsync_dir,
     read_manifest,
     shard_name,
-    write_columns,
+    write_column_pieces,
     write_manifest,
 )
 
@@ -64,8 +65,10 @@ def adopt(folder: Path, work: Path, parts: list[TaskPart | None], settings: Sink
             name = shard_name(storage, len(shards))
             _link(work / part.folder / shard.file, folder / name)  # type: ignore[operator]
             shards.append(dataclasses.replace(shard, file=name))
-    for name in manifests[0].index:  # one column at a time: memory holds one joined column
-        index.update(write_columns(folder, {name: _joined(name, written, manifests, work, label_maps)}))
+    for name in manifests[0].index:  # column by column, task by task: memory holds one task's piece
+        dtype, length = _joined_shape(name, written, manifests, work)
+        index[name] = write_column_pieces(folder, name, dtype, length,
+                                          _joined(name, written, manifests, work, label_maps))
     report_path = write_skipped_report(folder, skipped)
     plan = xxhash.xxh3_128(settings.facts().encode() + "".join(p.folder for p in written).encode()).hexdigest()  # type: ignore[misc]
     from fastload import __version__
@@ -127,13 +130,11 @@ def _classes(manifests: list[Manifest], given: tuple[str, ...] | None) -> tuple[
 
 
 def _joined(name: str, parts: list[TaskPart], manifests: list[Manifest], work: Path,
-            label_maps: list[np.ndarray | None]) -> np.ndarray:
-    """Column ``name`` of every task's index, joined in order: shard numbers moved after the tasks'
-    before, labels mapped to the pack's classes, offsets into a joined blob shifted by its length."""
-    pieces, shard_base, shift = [], 0, 0
-    base_name = name.removesuffix(".offsets")
-    flat = next((f"{base_name}.{s}" for s in ("blob", "values") if name.endswith(".offsets")
-                 and f"{base_name}.{s}" in manifests[0].index), None)
+            label_maps: list[np.ndarray | None]) -> Iterator[np.ndarray]:
+    """Column ``name`` of every task's index, piece by piece in order: shard numbers moved after the
+    tasks' before, labels mapped to the pack's classes, offsets into a joined blob shifted by its length."""
+    shard_base, shift = 0, 0
+    flat = _offsets_of(name, manifests[0])
     for k, (part, manifest) in enumerate(zip(parts, manifests)):
         column = _load(work / part.folder, manifest.index[name])  # type: ignore[operator]
         if name == "shard":
@@ -141,13 +142,29 @@ def _joined(name: str, parts: list[TaskPart], manifests: list[Manifest], work: P
         elif name == "label" and label_maps[k] is not None:
             labels = np.asarray(column)
             column = np.where(labels >= 0, label_maps[k][np.clip(labels, 0, None)], NO_LABEL).astype(labels.dtype)  # type: ignore[index]
-        elif flat is not None:
+        elif flat:
             ends = np.asarray(column, dtype=np.int64)
             column = (ends if k == 0 else ends[1:]) + shift
             shift += int(ends[-1])
-        pieces.append(np.asarray(column))
+        yield column
         shard_base += len(manifest.shards)
-    return np.concatenate(pieces)
+
+
+def _joined_shape(name: str, parts: list[TaskPart], manifests: list[Manifest], work: Path) -> tuple[np.dtype, int]:
+    """The joined column's dtype and length, from the pieces' headers (no value read)."""
+    flat = _offsets_of(name, manifests[0])
+    lengths, dtype = 0, None
+    for k, (part, manifest) in enumerate(zip(parts, manifests)):
+        column = _load(work / part.folder, manifest.index[name])  # type: ignore[operator]
+        dtype = np.dtype(np.int64) if flat else np.result_type(*(d for d in (dtype, column.dtype) if d is not None))
+        lengths += len(column) - (1 if flat and k > 0 else 0)
+    return dtype, lengths  # type: ignore[return-value]
+
+
+def _offsets_of(name: str, manifest: Manifest) -> bool:
+    """Whether column ``name`` holds the offsets into a blob (or values) column: joined by shifting."""
+    base = name.removesuffix(".offsets")
+    return name.endswith(".offsets") and any(f"{base}.{s}" in manifest.index for s in ("blob", "values"))
 
 
 def _load(folder: Path, entry: IndexFile) -> np.ndarray:

@@ -1,6 +1,6 @@
 """The on-disk contract shared by the converters (write side) and the readers (read side)."""
 
-from fastload.format.column_writer import encode_arrays, encode_strings, write_columns
+from fastload.format.column_writer import encode_arrays, encode_strings, write_column_pieces, write_columns
 from fastload.format.columns import ArrayColumn, StringColumn, load_column, load_strings
 from fastload.format.index import RecordIndex
 from fastload.format.layout import (
@@ -19,5 +19,5 @@ __all__ = [
     "STORAGE_KINDS", "ArrayColumn", "IndexFile", "RecordIndex", "Manifest", "ShardInfo", "StorageKind", "StringColumn",
     "encode_arrays", "encode_strings", "file_digest", "fsync_dir", "lmdb_key", "load_column", "load_strings",
     "parse_manifest", "read_manifest", "record_checksum", "shard_name", "write_atomically",
-    "write_columns", "write_manifest",
+    "write_column_pieces", "write_columns", "write_manifest",
 ]

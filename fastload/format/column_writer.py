@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
+import xxhash
 
-from fastload.format.files import ensure_dir
+from fastload.format.files import create_new, ensure_dir
 from fastload.format.layout import INDEX_DIR, file_digest
-from fastload.format.manifest import IndexFile, write_atomically
+from fastload.format.manifest import IndexFile, fsync_dir, write_atomically
 
 
 def encode_arrays(arrays: Sequence[np.ndarray], element: str) -> tuple[np.ndarray, np.ndarray]:
@@ -45,3 +47,40 @@ def write_columns(dataset_dir: Path, columns: dict[str, np.ndarray], folder: str
         write_atomically(dataset_dir / rel, data)
         entries[name] = IndexFile(file=rel, dtype=str(array.dtype), digest=file_digest(data))
     return entries
+
+
+def write_column_pieces(dataset_dir: Path, name: str, dtype: np.dtype, length: int, pieces: Iterable[np.ndarray],
+                        folder: str = INDEX_DIR) -> IndexFile:
+    """Write a 1-D column of ``length`` values, given as consecutive ``pieces``, to ``index/<name>.npy``:
+    the bytes (and digest) ``write_columns`` writes for the joined column, with one piece in memory
+    at a time instead of the column (a Ray pack's finalize joins its tasks' columns so)."""
+    ensure_dir(dataset_dir / INDEX_DIR)
+    ensure_dir(dataset_dir / folder)
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                                  "fortran_order": False, "shape": (length,)})
+    rel = f"{folder}/{name}.npy"
+    path = dataset_dir / rel
+    tmp = path.with_name(path.name + ".tmp")
+    digest = xxhash.xxh3_128()
+    fd = create_new(tmp, 0o644)  # a link planted at either name is replaced, never written through
+    try:
+        for data in (header.getvalue(), *(_bytes(piece, dtype) for piece in pieces)):
+            digest.update(data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    written = os.path.getsize(tmp) - len(header.getvalue())
+    if written != length * np.dtype(dtype).itemsize:
+        tmp.unlink()
+        raise ValueError(f"{rel}: pieces hold {written} bytes, not the {length} values of {dtype} the header says")
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return IndexFile(file=rel, dtype=str(np.dtype(dtype)), digest=digest.hexdigest())
+
+
+def _bytes(piece: np.ndarray, dtype: np.dtype) -> memoryview:
+    return memoryview(np.ascontiguousarray(piece, dtype=dtype)).cast("B")
