@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -65,7 +66,7 @@ def write_column_pieces(dataset_dir: Path, name: str, dtype: np.dtype, length: i
     digest = xxhash.xxh3_128()
     fd = create_new(tmp, 0o644)  # a link planted at either name is replaced, never written through
     try:
-        for data in (header.getvalue(), *(_bytes(piece, dtype) for piece in pieces)):
+        for data in itertools.chain([header.getvalue()], (_bytes(piece, dtype) for piece in pieces)):
             digest.update(data)
             view = memoryview(data)
             while view:
