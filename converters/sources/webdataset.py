@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import tarfile
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +33,7 @@ from fastload.converters.sources.items import (
     SourceListing,
     check_field_names,
 )
+from fastload.converters.sources.tar_headers import NotATar, TarDamaged, walk_mapped, walk_stream
 from fastload.converters.sources.tars import TarMembers, tar_paths
 
 from fastload.errors import SourceError
@@ -62,6 +62,7 @@ class TarObject:
     mtime_ns: int
     stamp: tuple[int, int]
     open: Callable[[], IO[bytes]]
+    local: bool = False  # a file on this machine: its headers are walked through a memory map
 
 
 @dataclass
@@ -84,7 +85,7 @@ def list_tars(src: Path, *, on_error: str, max_file_size: int | None, image_ext:
     for path in paths:
         st = path.stat()
         tars.append(TarObject(path, path.name, st.st_size, st.st_mtime_ns, (st.st_ctime_ns, st.st_ino),
-                              lambda path=path: open(path, "rb")))  # noqa: SIM115 - the walk closes it
+                              lambda path=path: open(path, "rb"), local=True))  # noqa: SIM115 - the walk closes it
     return list_tar_objects(src, root, tars, TarMembers(), on_error=on_error, max_file_size=max_file_size,
                             image_ext=image_ext, names=names)
 
@@ -157,56 +158,44 @@ def _walk(tar: TarObject) -> tuple[Groups, Counter[str], _DamagedTar | None]:
     left out, by why; the damage that ended the walk (the groups before it are kept)."""
     groups: Groups = []
     ignored: Counter[str] = Counter()
-    key: str | None = None
-    members: dict[str, _Member] = {}
-    try:
-        with tar.open() as f:
-            with _open_tar(tar, f) as archive:
-                for info in archive:
-                    if info.isdir():
-                        continue
-                    if not info.isreg():
-                        ignored["(link or device in a tar)"] += 1
-                        continue
-                    found = _KEY.match(info.name)
-                    if found is None:
-                        ignored["(tar member without an extension)"] += 1
-                        continue
-                    name, ext = found.group(1), found.group(2).lower()
-                    if info.offset_data + info.size > tar.size:
-                        raise _DamagedTar(f"{tar.name}/{info.name}", f"member {info.name} is truncated (its "
-                                          f"{info.size} bytes end past the file's {tar.size}; nothing after "
-                                          "it can be read)")
-                    if name != key:
-                        if key is not None:
-                            groups.append((key, members))
-                        key, members = name, {}
-                    if ext in members:
-                        raise SourceError(f"{tar.path}: sample {name!r} has two .{ext} members; one sample has "
-                                          "one of each")
-                    member = members[ext] = _Member(tar, info.name, info.offset_data, info.size)
-                    if ext in _TEXT_EXTS and info.size <= _MAX_TEXT_BYTES:  # from the block just read
-                        f.seek(info.offset_data)
-                        member.text = f.read(info.size)
-                end = archive.offset
-            if key is not None:
-                groups.append((key, members))
-            f.seek(end)  # tarfile stops quietly at a damaged header: a tar ends in zero blocks
-            tail = f.read(1024)
-        if len(tail) < 1024 or tail.strip(b"\0"):
-            raise _DamagedTar(f"{tar.name}@{end}", f"damaged or truncated after byte {end} (no end-of-archive "
-                              "blocks; nothing after it can be read)")
-    except _DamagedTar as exc:
-        return groups, ignored, exc
-    return groups, ignored, None
+    run: list[Any] = [None, {}]  # the key being grouped, and its members
 
+    def add(name: str, offset: int, size: int, regular: bool, folder: bool, text: Callable[[], bytes]) -> None:
+        if folder:
+            return
+        if not regular:
+            ignored["(link or device in a tar)"] += 1
+            return
+        found = _KEY.match(name)
+        if found is None:
+            ignored["(tar member without an extension)"] += 1
+            return
+        key, ext = found.group(1), found.group(2).lower()
+        if key != run[0]:
+            if run[0] is not None:
+                groups.append((run[0], run[1]))
+            run[:] = [key, {}]
+        if ext in run[1]:
+            raise SourceError(f"{tar.path}: sample {key!r} has two .{ext} members; one sample has one of each")
+        member = run[1][ext] = _Member(tar, name, offset, size)
+        if ext in _TEXT_EXTS and size <= _MAX_TEXT_BYTES:  # read with the headers, from the same pages
+            member.text = text()
 
-def _open_tar(tar: TarObject, f: IO[bytes]) -> tarfile.TarFile:
     try:
-        return tarfile.open(fileobj=f, mode="r:")
-    except tarfile.ReadError as exc:
+        if tar.local and tar.size > 0:
+            walk_mapped(tar.path, add)
+        else:
+            with tar.open() as f:
+                walk_stream(f, tar.size, add)
+    except NotATar as exc:
         raise SourceError(f"{tar.path}: not an uncompressed tar file ({exc}); WebDataset shards are read in "
                           "place, so a .tar.gz must be unpacked to a .tar first") from None
+    except TarDamaged as exc:  # the sample being grouped when the damage came is part of what is lost
+        where = f"{tar.name}/{exc.name}" if exc.name else f"{tar.name}@{exc.offset}"
+        return groups, ignored, _DamagedTar(where, f"{exc.reason}; nothing after it can be read")
+    if run[0] is not None:
+        groups.append((run[0], run[1]))
+    return groups, ignored, None
 
 
 def _sample(tar: TarObject, key: str, members: dict[str, _Member], image: str, exts: list[str],
