@@ -53,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--work", type=Path, default=Path("bench/data/sources-work"),
                    help="where the tars, the Parquet file and the packs go (kept: sources are reused)")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1,
+                   help="untimed rounds of every row first (default 1: the first pack of a run is slower "
+                        "for all, as the allocator and the disk's writeback settle)")
     p.add_argument("--per-tar", type=int, default=1000, help="samples per tar (default 1000, ~110 MB)")
     p.add_argument("--row-group", type=int, default=256, help="Parquet rows per row group (default 256)")
     p.add_argument("--rows", default="folder,tars,parquet,dataset", help="which sources (default: all)")
@@ -148,10 +151,12 @@ def main(args: argparse.Namespace) -> int:
     times: dict[str, list[float]] = {name: [] for name in rows}
     reports: dict[str, dict] = {}
     names = list(rows)
-    for repeat in range(args.repeats):
+    for repeat in range(-args.warmup, args.repeats):
         for name in names[repeat % len(names):] + names[:repeat % len(names)]:
             src, options = rows[name]
             report = pack_once(src, args.work / f"{name}.fl", options)
+            if repeat < 0:
+                continue
             times[name].append(report["seconds"])
             reports[name] = report
             print(f"{name:8s} repeat {repeat}: {report['seconds']:.2f} s", file=sys.stderr)
@@ -167,7 +172,7 @@ def main(args: argparse.Namespace) -> int:
               f"{rate / folder_rate:4.2f}x |")
     if args.json:
         args.json.write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(),
-                                         "repeats": args.repeats, "results": results}, indent=1))
+                                         "repeats": args.repeats, "warmup": args.warmup, "results": results}, indent=1))
     return 0 if all(r["meets_target"] for r in results.values()) else 1
 
 
