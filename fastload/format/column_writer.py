@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from fastload.format.files import create_new, ensure_dir
+from fastload.format.files import create_new, ensure_dir, write_all
 from fastload.format.layout import INDEX_DIR, file_digest
 from fastload.format.manifest import IndexFile, fsync_dir, write_atomically
 
@@ -68,9 +68,7 @@ def write_column_pieces(dataset_dir: Path, name: str, dtype: np.dtype, length: i
     try:
         for data in itertools.chain([header.getvalue()], (_bytes(piece, dtype) for piece in pieces)):
             digest.update(data)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -146,13 +146,18 @@ def ensure_dir(path: str | os.PathLike[str], mode: int = 0o777) -> None:
                                      "through links or into other files: remove it")
 
 
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """All of ``data`` to ``fd`` (a write may take less than it is given)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def write_new(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write ``data`` to a new file at ``path`` (see ``create_new``) and fsync it."""
     fd = create_new(path, mode)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
