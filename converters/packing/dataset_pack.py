@@ -32,11 +32,12 @@ from fastload.converters.sources.samples import KEY, Schema
 from fastload.converters.sources.torch_dataset import Read, ReadSettings, json_values, stored_types
 from fastload.converters.writers import WRITERS
 from fastload.converters.writers.behind import WriteBehind, WriteFailed
+from fastload.converters.writers.records import add_record, end_shard_record, new_shard_record
 
 from fastload.errors import PackError, SourceError
 from fastload.format import FORMAT_VERSION, PACK_STATE_DIR, Manifest, shard_name
 from fastload.format.files import create_new, ensure_dir, remove_entry
-from fastload.format.layout import FILE_COLUMNS, SHARD_NAME
+from fastload.format.layout import SHARD_NAME
 
 
 class DatasetPackJob:
@@ -195,11 +196,8 @@ class _ShardWriter:
         storage = self.options["storage"]
         name = shard_name(storage, shard.number)
         final, tmp = self.out / name, self.out / PACK_STATE_DIR / (name + ".tmp")
-        record: dict[str, Any] = {
-            "digest": shard.digest, "stamps": "", "file": name, "skips": [], "encoded": 0,
-            "keys": [], "labels": [], "values": {},
-            "files": {f: {part + "s": [] for part in FILE_COLUMNS} for f in self.file_types},
-            **{column: [] for column in ("items", "sizes", "offsets", "checksums", "widths", "heights", "positions")}}
+        record = new_shard_record(name, self.file_types, digest=shard.digest, stamps="", encoded=0, keys=[], labels=[],
+                                  values={})
 
         def done(file_bytes: int, data_offset: int) -> None:
             record["bytes"], record["data_offset"] = file_bytes, data_offset
@@ -211,7 +209,6 @@ class _ShardWriter:
             return WRITERS[storage](tmp, self.options["shard_size"])
 
         behind.start_shard(name, make, done, lambda: tmp.unlink(missing_ok=True))
-        offset = position = 0
         for _ in range(shard.start, shard.end):
             check_interrupt()
             read = next(got)
@@ -227,23 +224,14 @@ class _ShardWriter:
                 continue
             self.keys.add(read.key)
             payloads = read.payloads
-            behind.append(payloads.data)
-            for column, value in (("positions", position), ("offsets", offset), ("sizes", len(payloads.data)),
-                                  ("checksums", payloads.checksum), ("widths", payloads.width),
-                                  ("heights", payloads.height), ("items", read.index), ("keys", read.key),
-                                  ("labels", read.label)):
-                record[column].append(value)
+            add_record(record, behind, read.index, payloads.data, payloads.checksum, payloads.width, payloads.height,
+                       payloads.files, self.file_types)
+            record["keys"].append(read.key)
+            record["labels"].append(read.label)
             for field, value in json_values(read.values).items():
                 record["values"].setdefault(field, []).append(value)
             record["encoded"] += payloads.encoded
-            offset, position = offset + len(payloads.data), position + 1
-            for field, (data, checksum, facts) in zip(self.file_types, payloads.files):
-                behind.append(data)  # right after its record's image, as a pack stores them
-                for part, value in zip(FILE_COLUMNS, (position, offset, len(data), checksum, facts.width, facts.height)):
-                    record["files"][field][part + "s"].append(value)
-                offset, position = offset + len(data), position + 1
-        record["entries"] = position
-        behind.end_shard()
+        end_shard_record(record, behind)
         return record
 
 

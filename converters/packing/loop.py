@@ -37,7 +37,7 @@ from fastload.converters.sources.torch_dataset import is_sequence_source
 from fastload.config import MAX_FILE_SIZE, MAX_PIXELS
 from fastload.errors import PackError
 from fastload.format import Manifest, StorageKind
-from fastload.format.layout import IMAGE_EXTENSIONS
+from fastload.format.layout import IMAGE_EXTENSIONS, stored_file_types
 from fastload.storage.location import is_remote, local_path
 from fastload.storage.remote import RemoteStore
 
@@ -165,8 +165,8 @@ def _pack_object(src: Any, out: str | os.PathLike[str], table: dict[str, Any], s
 def _job(listing: SourceListing, options: dict[str, Any], exts: tuple[str, ...], progress: bool | None,
          src_store: RemoteStore | None) -> _PackJob:
     """The shard plan over ``listing``: what a re-run with the same source and options finds again."""
-    if options["mask_storage"] == "rows":  # the field's type says how its masks are stored
-        listing.file_fields = {n: "mask-rows" if t == "mask" else t for n, t in listing.file_fields.items()}
+    # the field's type says how its masks are stored
+    listing.file_fields = stored_file_types(listing.file_fields, options["mask_storage"])
     # Read threads do not change what is written: a resume with other --workers keeps the shards.
     # How masks are stored shows in file_fields' types, so a pack without masks keeps its digest.
     content = {k: v for k, v in options.items() if k not in ("workers", "max_file_size", "mask_storage")}

@@ -17,11 +17,12 @@ from fastload.converters.packing.report import progress_bar, write_error
 from fastload.converters.sources.items import MemberReader, SourceItem
 from fastload.converters.writers import WRITERS
 from fastload.converters.writers.behind import WriteBehind, WriteFailed
+from fastload.converters.writers.records import add_record, end_shard_record, new_shard_record
 
 from fastload.errors import PackError, SourceError
 from fastload.format import PACK_STATE_DIR, StorageKind, shard_name
 from fastload.format.files import create_new, ensure_dir, remove_entry
-from fastload.format.layout import FILE_COLUMNS, SHARD_NAME
+from fastload.format.layout import SHARD_NAME
 from fastload.storage.remote import RemoteStore
 
 
@@ -103,11 +104,7 @@ class Packer:
         name = shard_name(self.storage, plan.number)
         final, tmp = self.out / name, self.work / (name + ".tmp")
         planned = sum(self.items[i].total_size for i in range(plan.start, plan.end))
-        record: dict[str, Any] = {"digest": plan.digest, "file": name, "items": [], "sizes": [],
-                                  "offsets": [], "checksums": [], "widths": [], "heights": [], "skips": [],
-                                  "kept_as_is": [], "positions": [], "stamps": self._stamps(plan),
-                                  # per file field, a list per index column ("positions", ...; see finalize)
-                                  "files": {field: {part + "s": [] for part in FILE_COLUMNS} for field in self.file_types}}
+        record = new_shard_record(name, self.file_types, digest=plan.digest, kept_as_is=[], stamps=self._stamps(plan))
 
         def done(file_bytes: int, data_offset: int) -> None:
             record["bytes"], record["data_offset"] = file_bytes, data_offset
@@ -121,7 +118,6 @@ class Packer:
             return WRITERS[self.storage](tmp, planned)
 
         behind.start_shard(name, make, done, lambda: tmp.unlink(missing_ok=True))
-        offset = position = 0  # writers store payloads back to back: offsets are known before they are written
         for _ in range(plan.start, plan.end):
             check_interrupt()  # Ctrl-C lands here (or in close) while the threads run
             got = next(loaded)
@@ -129,27 +125,11 @@ class Packer:
             if got.data is None:
                 self._skip(got, record)
                 continue
-            behind.append(got.data)
-            record["positions"].append(position)
-            record["offsets"].append(offset)
-            record["items"].append(got.index)
-            record["sizes"].append(len(got.data))
-            record["checksums"].append(got.checksum)
-            record["widths"].append(got.width)
-            record["heights"].append(got.height)
+            add_record(record, behind, got.index, got.data, got.checksum, got.width, got.height, got.files or (),
+                       self.file_types)
             if got.kept_as_is:
                 record["kept_as_is"].append([self.items[got.index].rel, got.kept_as_is])
-            offset += len(got.data)
-            position += 1
-            for field, (data, checksum, facts) in zip(self.file_types, got.files or ()):
-                behind.append(data)  # right after its record's file: one sequential read serves both
-                columns = (position, offset, len(data), checksum, facts.width, facts.height)  # FILE_COLUMNS' order
-                for part, value in zip(FILE_COLUMNS, columns, strict=True):
-                    record["files"][field][part + "s"].append(value)
-                offset += len(data)
-                position += 1
-        record["entries"] = position
-        behind.end_shard()
+        end_shard_record(record, behind)
         return record
 
     def _skip(self, got: Loaded, record: dict[str, Any]) -> None:

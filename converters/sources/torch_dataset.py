@@ -19,6 +19,8 @@ import numpy as np
 from fastload.converters.sources.sample_payloads import Payloads, to_payloads
 from fastload.converters.sources.samples import BadSample, Schema
 
+from fastload.format.layout import stored_file_types
+
 
 def is_sequence_source(src: object) -> bool:
     """Whether ``src`` is packed as a map-style dataset: it has ``len`` and ``[i]``, and is neither
@@ -44,8 +46,7 @@ class ReadSettings:
 
 def stored_types(schema: Schema, settings: ReadSettings) -> dict[str, str]:
     """Each file field's type as stored: a mask as rows unless ``mask_storage="file"`` (as the writer's)."""
-    types = schema.file_types
-    return types if settings.mask_storage == "file" else {n: "mask-rows" if t == "mask" else t for n, t in types.items()}
+    return stored_file_types(schema.file_types, settings.mask_storage)
 
 
 @dataclass

@@ -30,12 +30,13 @@ from fastload.converters.sources.sample_payloads import Payloads, to_payloads
 from fastload.converters.sources.samples import KEY, BadSample, Checked, Schema
 from fastload.converters.writers import WRITERS
 from fastload.converters.writers.behind import WriteBehind, WriteFailed
+from fastload.converters.writers.records import add_record, end_shard_record, new_shard_record
 
 from fastload.config import MAX_FILE_SIZE, MAX_PIXELS, available_cpus, parse_size
 from fastload.errors import PackError, SourceError
 from fastload.format import FORMAT_VERSION, PACK_STATE_DIR, StorageKind, shard_name
 from fastload.format.files import create_new
-from fastload.format.layout import FILE_COLUMNS, MASK_STORAGES
+from fastload.format.layout import MASK_STORAGES, stored_file_types
 from fastload.storage.location import is_remote, local_path
 from fastload.storage.remote import RemoteStore
 
@@ -142,8 +143,7 @@ class Writer:
     @property
     def file_types(self) -> dict[str, str]:
         """Each file field's type as stored: a mask as rows unless ``mask_storage="file"``."""
-        types = self.schema.file_types
-        return types if self.mask_storage == "file" else {n: "mask-rows" if t == "mask" else t for n, t in types.items()}
+        return stored_file_types(self.schema.file_types, self.mask_storage)
 
     def _bad(self, number: int, key: str, reason: str) -> None:
         if self.on_error == "fail":
@@ -162,20 +162,8 @@ class Writer:
             self._end_shard()
         if not self.records or "entries" in self.records[-1]:
             self._start_shard()
-        record = self.records[-1]
-        self.behind.append(got.data)
-        offset = record["offset"]
-        for column, value in (("positions", record["position"]), ("offsets", offset), ("sizes", len(got.data)),
-                              ("checksums", got.checksum), ("widths", got.width), ("heights", got.height),
-                              ("items", len(self.items))):
-            record[column].append(value)
-        offset, position = offset + len(got.data), record["position"] + 1
-        for name, (data, checksum, facts) in zip(self.schema.file_types, got.files):
-            self.behind.append(data)  # right after its record's image, as a pack stores them
-            for part, value in zip(FILE_COLUMNS, (position, offset, len(data), checksum, facts.width, facts.height)):
-                record["files"][name][part + "s"].append(value)
-            offset, position = offset + len(data), position + 1
-        record["offset"], record["position"] = offset, position
+        add_record(self.records[-1], self.behind, len(self.items), got.data, got.checksum, got.width, got.height,
+                   got.files, self.schema.file_types)
         self.filled += size
         self.encoded += got.encoded
         self.items.append(SourceItem(Path(checked.key), checked.key, checked.label, size, 0))
@@ -185,10 +173,7 @@ class Writer:
     def _start_shard(self) -> None:
         name = shard_name(self.storage, self.first_shard + len(self.records))
         final, tmp = self.folder / name, self.folder / PACK_STATE_DIR / (name + ".tmp")
-        record: dict[str, Any] = {"file": name, "skips": [], "offset": 0, "position": 0,
-                                  "files": {f: {part + "s": [] for part in FILE_COLUMNS} for f in self.schema.file_types},
-                                  **{column: [] for column in ("items", "sizes", "offsets", "checksums", "widths",
-                                                               "heights", "positions")}}
+        record = new_shard_record(name, self.schema.file_types)
         self.records.append(record)
         self.filled = 0
 
@@ -203,8 +188,7 @@ class Writer:
         self.behind.start_shard(name, make, done, lambda: tmp.unlink(missing_ok=True))
 
     def _end_shard(self) -> None:
-        self.records[-1]["entries"] = self.records[-1]["position"]
-        self.behind.end_shard()
+        end_shard_record(self.records[-1], self.behind)
 
     def close(self) -> PackReport:
         """Write what is pending, then the index and the manifest (last); returns the report."""

@@ -64,6 +64,13 @@ FIELD_DTYPES = ("int64", "float64", "bool", "str")
 # unless told to keep its file); "npy": a NumPy array; "file": bytes.
 FILE_TYPES = ("image", "mask", "mask-rows", "npy", "file")
 MASK_STORAGES = ("rows", "file")  # how a pack stores a mask: "mask-rows", or its file as given ("mask")
+
+
+def stored_file_types(types: dict[str, str], mask_storage: str) -> dict[str, str]:
+    """File fields' types as a pack stores them: a one-channel "mask" as its values' rows
+    ("mask-rows") unless ``mask_storage`` is "file"."""
+    return dict(types) if mask_storage == "file" else {n: "mask-rows" if t == "mask" else t for n, t in types.items()}
+
 MASK_MODES = ("1", "L", "P", "I", "F", "I;16", "I;16L", "I;16B", "I;16N")  # Pillow's one-channel modes
 FILE_COLUMNS: dict[str, str] = {
     "position": "int64", "offset": "int64", "size": "int64", "checksum": "uint64",
