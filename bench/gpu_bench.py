@@ -1,0 +1,178 @@
+"""Keeping a real GPU fed: torch's tuned DataLoader against fastload's device delivery, with a model.
+
+Needs a CUDA device (run it on a lent GPU machine). The same photos, the same train crop
+(RandomResizedCrop 224 + flip), the same batch size and the same model step on the GPU, rows
+interleaved run by run:
+
+- ``torch``: ``torch.utils.data.DataLoader`` over the ImageFolder baseline (Pillow per file),
+  ``num_workers`` = one per core, ``pin_memory=True``, ``persistent_workers``, then
+  ``.to("cuda", non_blocking=True)`` and normalisation on the GPU: what a careful user writes.
+- ``fastload``: ``fastload.DataLoader(PackedDataset(...), device="cuda", mean=..., std=...)`` with
+  its auto settings: the pinned copy on a side stream, normalised on the GPU.
+
+Each row runs twice: data alone (each batch summed on the GPU) and with a small ResNet-style
+model's forward + backward + SGD step in bf16 autocast. The wait column is the share of the wall
+time the loop spent in ``next(iterator)``: what a faster loader can win back.
+
+    python bench/gpu_bench.py IMAGES --packed IMAGES.fl --seconds 8 --repeats 2 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+import fastload
+from fastload.benchmark.baseline import ImageFolderBaseline
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("images", type=Path, help="the ImageFolder tree the dataset was packed from")
+    p.add_argument("--packed", type=Path, required=True, help="fastload pack IMAGES -o PACKED")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--seconds", type=float, default=8.0, help="timed seconds per run, after 5 batches")
+    p.add_argument("--repeats", type=int, default=2, help="runs of each row, interleaved")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="torch's num_workers (default: one per core)")
+    p.add_argument("--json", type=Path, help="write the rows here")
+    return p.parse_args(argv)
+
+
+class SmallResNet(nn.Module):
+    """A ResNet-18-shaped stack (stem, 4 stages of 2 blocks) written here: no torchvision."""
+
+    def __init__(self, classes: int = 1000) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        layers, width = [], 64
+        for out, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            layers += [_Block(width, out, stride), _Block(out, out, 1)]
+            width = out
+        self.stages = nn.Sequential(*layers)
+        self.head = nn.Linear(512, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(self.stages(self.stem(x)), 1), 1))
+
+
+class _Block(nn.Module):
+    def __init__(self, inp: int, out: int, stride: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(inp, out, 3, stride, 1, bias=False), nn.BatchNorm2d(out), nn.ReLU(),
+                                  nn.Conv2d(out, out, 3, 1, 1, bias=False), nn.BatchNorm2d(out))
+        self.skip = (nn.Identity() if stride == 1 and inp == out else
+                     nn.Sequential(nn.Conv2d(inp, out, 1, stride, bias=False), nn.BatchNorm2d(out)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.relu(self.body(x) + self.skip(x))
+
+
+def torch_batches(images: Path, args: argparse.Namespace) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+    """The careful torch loop: workers per core, pinned batches, async copy, normalised on the GPU."""
+    dataset = ImageFolderBaseline.from_folder(images, args.image_size)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, drop_last=True,
+                                         num_workers=args.workers, pin_memory=True, persistent_workers=True,
+                                         prefetch_factor=2)
+    mean = torch.tensor(MEAN, device="cuda").view(1, 3, 1, 1) * 255
+    std = torch.tensor(STD, device="cuda").view(1, 3, 1, 1) * 255
+    while True:
+        for x, y in loader:
+            x = x.to("cuda", non_blocking=True).float().sub_(mean).div_(std)
+            yield x, y.to("cuda", non_blocking=True)
+
+
+def fastload_batches(packed: Path, args: argparse.Namespace) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+    """fastload's loop: auto settings, delivered on the GPU and normalised there."""
+    dataset = fastload.PackedDataset(packed, image_size=args.image_size, train=True)
+    loader = fastload.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, drop_last=True,
+                                 device="cuda", mean=list(MEAN), std=list(STD))
+    print(f"  fastload settings: {loader.settings}", flush=True)
+    while True:
+        yield from loader
+
+
+def run(batches: Iterable[tuple[torch.Tensor, torch.Tensor]], step: Callable[[torch.Tensor, torch.Tensor], None],
+        seconds: float, batch_size: int) -> dict[str, float]:
+    """Samples/s and the share of wall time spent waiting for the next batch."""
+    it = iter(batches)
+    for _ in range(5):  # workers started, cuDNN tuned
+        step(*next(it))
+    torch.cuda.synchronize()
+    waited, done, start = 0.0, 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        t = time.perf_counter()
+        x, y = next(it)
+        waited += time.perf_counter() - t
+        step(x, y)
+        torch.cuda.synchronize()  # the step's time is the GPU's, not the launch's
+        done += 1
+    wall = time.perf_counter() - start
+    return {"samples_per_s": done * batch_size / wall, "wait_share": waited / wall}
+
+
+def steps() -> dict[str, Callable[[torch.Tensor, torch.Tensor], None]]:
+    model = SmallResNet().cuda().to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def train(x: torch.Tensor, y: torch.Tensor) -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = nn.functional.cross_entropy(model(x.contiguous(memory_format=torch.channels_last)), y % 1000)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    def data_only(x: torch.Tensor, y: torch.Tensor) -> None:
+        x.sum()
+
+    return {"data only": data_only, "ResNet-18-shaped step": train}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_bench.py needs a CUDA device: run it on a GPU machine")
+    torch.backends.cudnn.benchmark = True
+    rows: dict[str, Callable[[], Iterable[Any]]] = {
+        f"torch, {args.workers} workers, pin_memory": lambda: torch_batches(args.images, args),
+        "fastload, device='cuda', auto": lambda: fastload_batches(args.packed, args),
+    }
+    results: dict[str, dict[str, list[dict[str, float]]]] = {}
+    for step_name, step in steps().items():
+        for repeat in range(args.repeats):
+            for name, make in rows.items():
+                got = run(make(), step, args.seconds, args.batch_size)
+                results.setdefault(step_name, {}).setdefault(name, []).append(got)
+                print(f"{step_name:24s} {name:34s} run {repeat + 1}: {got['samples_per_s']:8.0f} samples/s, "
+                      f"waiting {got['wait_share']:.0%}", flush=True)
+    summary = {step: {name: {"samples_per_s": statistics.median(r["samples_per_s"] for r in runs),
+                             "wait_share": statistics.median(r["wait_share"] for r in runs)}
+                      for name, runs in by_row.items()} for step, by_row in results.items()}
+    print(f"\n{torch.cuda.get_device_name(0)}, {os.cpu_count()} cores, batch {args.batch_size}, medians:")
+    for step_name, by_row in summary.items():
+        base = next(iter(by_row.values()))["samples_per_s"]
+        for name, row in by_row.items():
+            print(f"  {step_name:24s} {name:34s} {row['samples_per_s']:8.0f} samples/s "
+                  f"({row['samples_per_s'] / base:.2f}x torch), waiting {row['wait_share']:.0%}")
+    if args.json:
+        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(0), "cores": os.cpu_count(),
+                                         "torch": torch.__version__, "args": {k: str(v) for k, v in
+                                                                               vars(args).items()},
+                                         "runs": results, "medians": summary}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
