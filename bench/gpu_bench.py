@@ -10,8 +10,8 @@ interleaved run by run:
 - ``fastload``: ``fastload.DataLoader(PackedDataset(...), device="cuda", mean=..., std=...)`` with
   its auto settings: the pinned copy on a side stream, normalised on the GPU.
 
-Each row runs twice: data alone (each batch summed on the GPU) and with a small ResNet-style
-model's forward + backward + SGD step in bf16 autocast. The wait column is the share of the wall
+Each row runs twice: data alone (``data``: each batch summed on the GPU) and with a ResNet-18-shaped
+model's forward + backward + SGD step in bf16 autocast (``model``). The wait column is the share of the wall
 time the loop spent in ``next(iterator)``: what a faster loader can win back.
 
     python bench/gpu_bench.py IMAGES --packed IMAGES.fl --seconds 8 --repeats 2 --json out.json
@@ -45,8 +45,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--seconds", type=float, default=8.0, help="timed seconds per run, after 5 batches")
     p.add_argument("--repeats", type=int, default=2, help="runs of each row, interleaved")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                   help="torch's num_workers (default: one per core)")
+    p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
+                   help="num_workers of torch and of fastload's processes row (default: one per core)")
+    p.add_argument("--rows", nargs="+", default=["torch", "auto"], choices=["torch", "auto", "threads", "processes"],
+                   help="torch's loader, and fastload with its auto settings or an explicit mode")
+    p.add_argument("--steps", nargs="+", default=["data", "model"], choices=["data", "model"],
+                   help="data alone, and under the model's step")
     p.add_argument("--json", type=Path, help="write the rows here")
     return p.parse_args(argv)
 
@@ -95,12 +99,13 @@ def torch_batches(images: Path, args: argparse.Namespace) -> Iterable[tuple[torc
             yield x, y.to("cuda", non_blocking=True)
 
 
-def fastload_batches(packed: Path, args: argparse.Namespace) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-    """fastload's loop: auto settings, delivered on the GPU and normalised there."""
+def fastload_batches(packed: Path, args: argparse.Namespace, mode: str) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+    """fastload's loop: auto settings (or ``mode``), delivered on the GPU and normalised there."""
     dataset = fastload.PackedDataset(packed, image_size=args.image_size, train=True)
+    explicit = {} if mode == "auto" else {"mode": mode, "num_workers": args.workers if mode == "processes" else 0}
     loader = fastload.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, drop_last=True,
-                                 device="cuda", mean=list(MEAN), std=list(STD))
-    print(f"  fastload settings: {loader.settings}", flush=True)
+                                 device="cuda", mean=list(MEAN), std=list(STD), **explicit)
+    print(f"  fastload {loader.settings.as_kwargs()}", flush=True)
     while True:
         yield from loader
 
@@ -138,7 +143,7 @@ def steps() -> dict[str, Callable[[torch.Tensor, torch.Tensor], None]]:
     def data_only(x: torch.Tensor, y: torch.Tensor) -> None:
         x.sum()
 
-    return {"data only": data_only, "ResNet-18-shaped step": train}
+    return {"data": data_only, "model": train}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -146,29 +151,33 @@ def main(argv: list[str] | None = None) -> None:
     if not torch.cuda.is_available():
         raise SystemExit("gpu_bench.py needs a CUDA device: run it on a GPU machine")
     torch.backends.cudnn.benchmark = True
-    rows: dict[str, Callable[[], Iterable[Any]]] = {
-        f"torch, {args.workers} workers, pin_memory": lambda: torch_batches(args.images, args),
-        "fastload, device='cuda', auto": lambda: fastload_batches(args.packed, args),
-    }
+    rows: dict[str, Callable[[], Iterable[Any]]] = {}
+    for row in args.rows:
+        if row == "torch":
+            rows[f"torch, {args.workers} workers, pin_memory"] = lambda: torch_batches(args.images, args)
+        else:
+            rows[f"fastload, device='cuda', {row}"] = lambda row=row: fastload_batches(args.packed, args, row)
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
     for step_name, step in steps().items():
+        if step_name not in args.steps:
+            continue
         for repeat in range(args.repeats):
             for name, make in rows.items():
                 got = run(make(), step, args.seconds, args.batch_size)
                 results.setdefault(step_name, {}).setdefault(name, []).append(got)
-                print(f"{step_name:24s} {name:34s} run {repeat + 1}: {got['samples_per_s']:8.0f} samples/s, "
+                print(f"{step_name:6s} {name:40s} run {repeat + 1}: {got['samples_per_s']:8.0f} samples/s, "
                       f"waiting {got['wait_share']:.0%}", flush=True)
     summary = {step: {name: {"samples_per_s": statistics.median(r["samples_per_s"] for r in runs),
                              "wait_share": statistics.median(r["wait_share"] for r in runs)}
                       for name, runs in by_row.items()} for step, by_row in results.items()}
-    print(f"\n{torch.cuda.get_device_name(0)}, {os.cpu_count()} cores, batch {args.batch_size}, medians:")
+    print(f"\n{torch.cuda.get_device_name(0)}, {args.workers} cores, batch {args.batch_size}, medians:")
     for step_name, by_row in summary.items():
         base = next(iter(by_row.values()))["samples_per_s"]
         for name, row in by_row.items():
-            print(f"  {step_name:24s} {name:34s} {row['samples_per_s']:8.0f} samples/s "
+            print(f"  {step_name:6s} {name:40s} {row['samples_per_s']:8.0f} samples/s "
                   f"({row['samples_per_s'] / base:.2f}x torch), waiting {row['wait_share']:.0%}")
     if args.json:
-        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(0), "cores": os.cpu_count(),
+        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(0), "cores": len(os.sched_getaffinity(0)),
                                          "torch": torch.__version__, "args": {k: str(v) for k, v in
                                                                                vars(args).items()},
                                          "runs": results, "medians": summary}, indent=1))

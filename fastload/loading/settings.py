@@ -20,6 +20,15 @@ from fastload.config import available_cpus, env_int
 
 Mode = Literal["main", "threads", "processes"]
 
+THREAD_DECODE_CORES = 2
+"""Up to this many cores the built-in pipeline decodes in threads; above it, in worker processes.
+
+Measured (bench/README.md, "Keeping a real GPU fed"): on 2 cores threads lead (no pickling, no
+shared-memory copies); from 4 cores up the decode threads' share of the GIL slows the training
+loop's own thread (its kernel launches) and processes lead: under a ResNet-18-shaped step on a
+GPU, 1.85× torch against threads' 1.72× at 4 cores, 1.32× against 1.10× at 8, 1.06× against
+0.69× at 16."""
+
 
 @dataclass(frozen=True)
 class LoaderSettings:
@@ -77,9 +86,15 @@ def resolve_settings(dataset: Dataset, *, batch_size: int | None, num_workers: i
         workers, mode = min(cores, 8), "processes"
         reasons["num_workers"] = (f"{workers}: one per available core ({cores}); timeout={timeout} "
                                   "was given, and only worker processes can time out")
+    elif uses_builtin_pipeline(dataset) and cores > THREAD_DECODE_CORES:
+        workers, mode = cores, "processes"
+        reasons["num_workers"] = (f"{workers}: one worker process per available core ({cores}); above "
+                                  f"{THREAD_DECODE_CORES} cores decode threads would hold the GIL the "
+                                  "training loop needs (set FASTLOAD_NUM_WORKERS or mode= to choose)")
     elif uses_builtin_pipeline(dataset):
         workers, mode = 0, "threads"
-        reasons["num_workers"] = (f"0 worker processes: {cores} cores decode each batch in threads "
+        reasons["num_workers"] = (f"0 worker processes: {cores} cores (at most {THREAD_DECODE_CORES}) decode "
+                                  "each batch in threads "
                                   "(Pillow releases the GIL), with no pickling or shared-memory copies, "
                                   "in a background thread that stays ahead of the loop")
     else:

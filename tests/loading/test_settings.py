@@ -21,7 +21,8 @@ no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behav
 ARGUMENTS = ("num_workers", "prefetch_factor", "pin_memory")
 
 
-def test_settings_are_frozen_with_a_reason_for_each_argument(id_packed):
+def test_settings_are_frozen_with_a_reason_for_each_argument(id_packed, monkeypatch):
+    monkeypatch.setenv("FASTLOAD_CPUS", "2")  # the cores of this machine and CI, whatever runs it
     loader = fastload.DataLoader(fastload.PackedDataset(id_packed("lmdb"), image_size=32), batch_size=8)
     settings = loader.settings
     assert isinstance(settings, LoaderSettings)
@@ -34,6 +35,24 @@ def test_settings_are_frozen_with_a_reason_for_each_argument(id_packed):
     assert (settings.mode, settings.num_workers, settings.prefetch_factor) == ("threads", 0, None)
     assert settings.prefetch_batches >= 1
     assert (loader.num_workers, loader.prefetch_factor) == (0, None)  # what torch was given
+
+
+@pytest.mark.parametrize("cores", [3, 4])
+def test_above_two_cores_the_pipeline_decodes_in_worker_processes(id_packed, monkeypatch, cores):
+    """Decode threads would hold the GIL the training loop's own thread needs (measured on a GPU
+    machine): from 3 cores up, one worker process per core, with the same batches as threads."""
+    path = id_packed("lmdb")
+    monkeypatch.setenv("FASTLOAD_CPUS", "2")
+    threads = fastload.DataLoader(fastload.PackedDataset(path, image_size=32), batch_size=8, seed=3)
+    monkeypatch.setenv("FASTLOAD_CPUS", str(cores))
+    loader = fastload.DataLoader(fastload.PackedDataset(path, image_size=32), batch_size=8, seed=3)
+    settings = loader.settings
+    assert (settings.mode, settings.num_workers, settings.prefetch_factor) == ("processes", cores, 2)
+    assert "GIL" in settings.reasons["num_workers"] and f"({cores})" in settings.reasons["num_workers"]
+    assert (loader.num_workers, threads.settings.mode) == (cores, "threads")
+    if cores == 4:  # one real run of 4 worker processes: the same batches as the threads
+        (ids, images), (want_ids, want) = ids_and_pixels(loader), ids_and_pixels(threads)
+        assert ids == want_ids and all(torch.equal(a, b) for a, b in zip(images, want))
 
 
 def test_a_dataset_of_your_own_gets_torchs_default():
