@@ -32,6 +32,7 @@ from fastload.format import (
     SKIPPED_REPORT_NAME,
     IndexFile,
     Manifest,
+    ShardInfo,
     fsync_dir,
     read_manifest,
     shard_name,
@@ -42,53 +43,92 @@ from fastload.format import (
 
 def adopt(folder: Path, work: Path, parts: list[TaskPart | None], settings: SinkSettings) -> PackReport:
     """Make the dataset at ``folder`` from the tasks' datasets in ``work`` (see the module docstring)."""
+    written, skipped = ordered_parts(str(folder), parts)
+    manifests = [read_manifest(work / p.folder) for p in written]  # type: ignore[operator]
+    shards = []
+    for source, shard in placed_shards(written, manifests):
+        _link(work / source, folder / shard.file)
+        shards.append(shard)
+    classes, index = join_index(folder, work, written, manifests, settings)
+    report_path = write_skipped_report(folder, skipped)
+    manifest = pack_manifest(manifests, shards, index, classes, skipped, report_path is not None,
+                             plan_of(written, settings))
+    fsync_dir(folder)  # the shards' names are durable before the manifest names them
+    write_manifest(folder, manifest)
+    shutil.rmtree(folder / PACK_STATE_DIR, ignore_errors=True)  # every task's datasets, retried ones' too: no orphan
+    return finished_report(folder, manifest, skipped, report_path)
+
+
+def ordered_parts(where: str, parts: list[TaskPart | None]) -> tuple[list[TaskPart], list[Skip]]:
+    """The tasks that wrote a dataset, in order of their sort values (a digest breaks a tie), and
+    every task's skips; PackError when no record was written."""
     written = sorted((p for p in parts if p is not None and p.folder is not None),
                      key=lambda p: (p.first_key, p.last_key, p.folder or ""))
     skipped = [Skip(key, reason) for p in parts if p is not None for key, reason in p.skipped]
     if not written:
         first = f" (first: {skipped[0].rel}: {skipped[0].reason})" if skipped else ""
-        raise PackError(f"{folder}: no record was written, {len(skipped)} skipped{first}; a dataset needs at least one")
+        raise PackError(f"{where}: no record was written, {len(skipped)} skipped{first}; a dataset needs at least one")
     for before, after in itertools.pairwise(written):
         if after.first_key <= before.last_key:
-            warnings.warn(f"{folder}: write tasks' key ranges overlap ({before.first_key!r}..{before.last_key!r} and "
+            warnings.warn(f"{where}: write tasks' key ranges overlap ({before.first_key!r}..{before.last_key!r} and "
                           f"{after.first_key!r}..{after.last_key!r}): records are in key order within each task only; "
                           "sort the dataset by its key (ds.sort(key)) before the sink for one global order",
-                          stacklevel=3)
+                          stacklevel=4)
             break
-    manifests = [read_manifest(work / p.folder) for p in written]  # type: ignore[operator]
+    return written, skipped
+
+
+def plan_of(written: list[TaskPart], settings: SinkSettings) -> str:
+    """The pack's plan digest: its settings and its tasks' datasets (named by content), in order."""
+    return xxhash.xxh3_128(settings.facts().encode() + "".join(p.folder for p in written).encode()).hexdigest()  # type: ignore[misc]
+
+
+def placed_shards(written: list[TaskPart], manifests: list[Manifest]) -> Iterator[tuple[str, ShardInfo]]:
+    """Each task's shard (``<task folder>/<its file>``) with its entry in the pack, renamed to its number there."""
     _same_fields(written, manifests)
-    classes, label_maps = _classes(manifests, settings.classes)
-    storage = manifests[0].storage
-    shards, index = [], {}
+    number = 0
     for part, manifest in zip(written, manifests):
         for shard in manifest.shards:
-            name = shard_name(storage, len(shards))
-            _link(work / part.folder / shard.file, folder / name)  # type: ignore[operator]
-            shards.append(dataclasses.replace(shard, file=name))
-    for name in manifests[0].index:  # column by column, task by task: memory holds one task's piece
+            yield f"{part.folder}/{shard.file}", dataclasses.replace(shard, file=shard_name(manifest.storage, number))
+            number += 1
+
+
+def join_index(folder: Path, work: Path, written: list[TaskPart], manifests: list[Manifest],
+               settings: SinkSettings) -> tuple[list[str] | None, dict[str, IndexFile]]:
+    """The pack's class names, and its index columns written to ``folder/index/`` from the tasks'
+    (in ``work``), column by column, task by task: memory holds one task's piece."""
+    _same_fields(written, manifests)
+    classes, label_maps = _classes(manifests, settings.classes)
+    index = {}
+    for name in manifests[0].index:
         dtype, length = _joined_shape(name, written, manifests, work)
         index[name] = write_column_pieces(folder, name, dtype, length,
                                           _joined(name, written, manifests, work, label_maps))
-    report_path = write_skipped_report(folder, skipped)
-    plan = xxhash.xxh3_128(settings.facts().encode() + "".join(p.folder for p in written).encode()).hexdigest()  # type: ignore[misc]
+    return classes, index
+
+
+def pack_manifest(manifests: list[Manifest], shards: list[ShardInfo], index: dict[str, IndexFile],
+                  classes: list[str] | None, skipped: list[Skip], with_report: bool, plan: str) -> Manifest:
+    """The pack's manifest: the first task's, with the pack's shards, index, classes and facts."""
     from fastload import __version__
 
     first = manifests[0]
-    manifest = dataclasses.replace(
+    return dataclasses.replace(
         first, num_records=sum(m.num_records for m in manifests), total_bytes=sum(s.data_bytes for s in shards),
         kind="images" if all(m.kind == "images" for m in manifests) else "files", classes=classes,
         shards=shards, index=index,
         packed={**first.packed, "source": "ray", "layout": "ray", "fastload_version": __version__,
                 "created": datetime.now(UTC).isoformat(timespec="seconds"), "plan": plan,
-                "skipped": len(skipped), "skipped_report": SKIPPED_REPORT_NAME if report_path else None,
-                "tasks": len(written),
+                "skipped": len(skipped), "skipped_report": SKIPPED_REPORT_NAME if with_report else None,
+                "tasks": len(manifests),
                 "encoded": {**first.packed.get("encoded", {}),
                             "images": sum(m.packed.get("encoded", {}).get("images", 0) for m in manifests)}})
-    fsync_dir(folder)  # the shards' names are durable before the manifest names them
-    write_manifest(folder, manifest)
-    shutil.rmtree(folder / PACK_STATE_DIR, ignore_errors=True)  # every task's datasets, retried ones' too: no orphan
-    return PackReport(out=folder, storage=storage, num_records=manifest.num_records, total_bytes=manifest.total_bytes,
-                      num_shards=len(shards), skipped=len(skipped), skipped_files=skipped, skipped_report=report_path)
+
+
+def finished_report(out: Path, manifest: Manifest, skipped: list[Skip], report_path: Path | None) -> PackReport:
+    return PackReport(out=out, storage=manifest.storage, num_records=manifest.num_records,
+                      total_bytes=manifest.total_bytes, num_shards=len(manifest.shards), skipped=len(skipped),
+                      skipped_files=skipped, skipped_report=report_path)
 
 
 def _link(source: Path, target: Path) -> None:

@@ -25,6 +25,7 @@ from fastload.converters.sources.writer import Writer
 
 from fastload.errors import DatasetNotFoundError, ManifestError, PackError, SourceError
 from fastload.format import MANIFEST_NAME, SKIPPED_REPORT_NAME, read_manifest
+from fastload.storage.location import is_remote
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,12 @@ class SinkSettings:
     classes: tuple[str, ...] | None
     writer: dict[str, Any] = field(default_factory=dict)  # format, shard_size, quality, on_error, check, ...
     order: str | None = None  # the column rows are sorted by (None: the key)
+    storage_options: dict[str, Any] | None = None  # when ``work`` is a store URL: its client's options
+
+    @property
+    def in_store(self) -> bool:
+        """Whether the tasks write to an object store (``work`` a URL) rather than a shared folder."""
+        return is_remote(self.work)
 
     def facts(self) -> str:
         """The settings that change what a task writes (not where): part of every task's digest."""
@@ -74,11 +81,23 @@ def write_rows(rows: Iterable[Mapping[str, Any]], settings: SinkSettings) -> Tas
                               f"labels in column {settings.label!r} are; give every row a name or every row a number")
         classes = tuple(sorted(set(names))) if names else None  # this task's; the driver maps them to the pack's
     digest = _digest(samples, settings, classes)
-    folder = Path(settings.work) / digest
     first, last = keyed[0][0], keyed[-1][0]  # sort values: the driver orders the tasks by them
+    if settings.in_store:
+        from fastload.converters.cluster.store_parts import write_part_to_store
+
+        records, skipped = write_part_to_store(samples, settings, digest, classes)
+    else:
+        records, skipped = write_part(Path(settings.work) / digest, samples, settings, classes)
+    return TaskPart(digest if records else None, first, last, records, skipped)
+
+
+def write_part(folder: Path, samples: list[dict[str, Any]], settings: SinkSettings,
+               classes: tuple[str, ...] | None) -> tuple[int, list[tuple[str, str]]]:
+    """Write ``samples`` as a dataset at ``folder`` (or find it finished there by a run before):
+    its record count (0: every sample skipped, no dataset) and its skips."""
     done = _finished(folder)
     if done is not None:
-        return TaskPart(digest, first, last, done.num_records, _skips(folder))
+        return done.num_records, _skips(folder)
     writer = Writer(folder, overwrite=True, fields=settings.types, classes=list(classes) if classes else None,
                     workers=1, **settings.writer)
     try:
@@ -89,12 +108,12 @@ def write_rows(rows: Iterable[Mapping[str, Any]], settings: SinkSettings) -> Tas
         if writer.items:
             raise
         # every row skipped (on_error="skip"): no dataset from this task, its skips still told
-        return TaskPart(None, first, last, 0, [(s.rel, s.reason) for s in writer.skipped])
+        return 0, [(s.rel, s.reason) for s in writer.skipped]
     except BaseException:
         if writer.open:
             writer.abort()
         raise
-    return TaskPart(digest, first, last, report.num_records, [(s.rel, s.reason) for s in report.skipped_files])
+    return report.num_records, [(s.rel, s.reason) for s in report.skipped_files]
 
 
 def _key(row: Mapping[str, Any], column: str) -> str:
