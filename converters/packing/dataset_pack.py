@@ -1,5 +1,6 @@
-"""Pack of a map-style dataset: plan (or the interrupted pack's, checked) → items read in worker
-processes → records in index order to the shard writers, each shard journaled → index + manifest.
+"""Pack of a map-style dataset: plan (or the interrupted pack's, checked) → shards written from the
+items in worker processes (converters.packing.dataset_reads) → each renamed into place and
+journaled here, in shard order → index + manifest.
 
 The records are written as the Python writer writes samples (converters.sources.writer); the
 shards and their journal entries as a pack writes them (converters.packing.packer), so that a pack
@@ -11,7 +12,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Self
 
@@ -24,19 +26,17 @@ from fastload.converters.packing.dataset_plan import (
     item_error,
 )
 from fastload.converters.packing.dataset_reads import ItemReads
+from fastload.converters.packing.dataset_shards import ShardOutcome, ShardTask, repeated_key
 from fastload.converters.packing.interrupt import interrupt_between_files
-from fastload.converters.packing.plan import Journal, JournalWriteError, ShardPlan
+from fastload.converters.packing.plan import Journal, JournalWriteError
 from fastload.converters.packing.report import PackReport, write_error
 from fastload.converters.sources.items import SourceItem, SourceListing
-from fastload.converters.sources.samples import KEY, Schema
-from fastload.converters.sources.torch_dataset import Read, ReadSettings, json_values, stored_types
-from fastload.converters.writers import WRITERS
-from fastload.converters.writers.behind import WriteBehind, WriteFailed
-from fastload.converters.writers.records import add_record, end_shard_record, new_shard_record
+from fastload.converters.sources.samples import Schema
+from fastload.converters.sources.torch_dataset import ReadSettings, stored_types
 
 from fastload.errors import PackError, SourceError
 from fastload.format import FORMAT_VERSION, PACK_STATE_DIR, Manifest, shard_name
-from fastload.format.files import create_new, ensure_dir, remove_entry
+from fastload.format.files import ensure_dir, remove_entry
 from fastload.format.layout import SHARD_NAME
 
 
@@ -127,32 +127,58 @@ class DatasetPackJob:
             ensure_dir(out / PACK_STATE_DIR, 0o700)
         except OSError as exc:
             raise PackError(f"{out / PACK_STATE_DIR}: cannot hold the pack's working files ({exc.strerror})") from None
+        for stale in (out / PACK_STATE_DIR).glob("*.tmp"):  # an interrupted pack's unfinished shards
+            remove_entry(stale)
         todo = [shard for shard, done in zip(plan.shards(), records) if done is None]
         keys = {key for r in records if r is not None for key in r["keys"]}
-        writer = _ShardWriter(out, self.options, stored_types(plan.schema(), self.settings), keys)
+        file_types = stored_types(plan.schema(), self.settings)
+        tasks = [ShardTask(shard, str(out), self.options["storage"], self.options["shard_size"], file_types,
+                           self.options["on_error"]) for shard in todo]
         bar = _bar(sum(s.end - s.start for s in todo), self.progress)
         with interrupt_between_files() as check_interrupt:
-            behind = WriteBehind()
-            got = self.reads.read(plan.schema(), [i for shard in todo for i in range(shard.start, shard.end)])
+            outcomes = self.reads.write_shards(plan.schema(), tasks, check_interrupt, keys)
             try:
-                for shard in todo:
-                    records[shard.number] = writer.write(shard, got, behind, check_interrupt, bar)
-                behind.close(while_waiting=check_interrupt)
-            except WriteFailed as failed:
-                what = (f"the resume journal entry for {failed.shard} in {PACK_STATE_DIR}/"
-                        if isinstance(failed.cause, JournalWriteError) else failed.shard)
-                raise PackError(write_error(out, what, failed.cause)) from None
-            except KeyboardInterrupt:
-                behind.cancel(finish_queued=False)
-                raise
+                for task, outcome in zip(tasks, outcomes):
+                    records[task.shard.number] = self._adopt(out, plan.schema(), task, outcome, keys)
+                    if bar is not None:
+                        bar.update(task.shard.end - task.shard.start)
             finally:
-                behind.cancel()  # after a failure: ended shards are finished, the open one removed
-                got.close()
+                outcomes.close()  # type: ignore[attr-defined]
                 if bar is not None:
                     bar.close()
         report = self._finish(out, [r for r in records if r is not None], plan.schema())
         report.resumed_shards = len(plan.shards()) - len(todo)
         return report
+
+    def _adopt(self, out: Path, schema: Schema, task: ShardTask, outcome: ShardOutcome,
+               keys: set[str]) -> dict[str, Any]:
+        """A written shard renamed into place and journaled, its keys added to ``keys``; an item that
+        cannot be packed raised as the pack's error (under on_error="fail"), or its shard rewritten
+        here without the items whose keys earlier shards have (under "skip")."""
+        record = outcome.record
+        repeated = keys.intersection(record["keys"])
+        if repeated:  # written in a worker, which knew only its own shard's keys
+            Path(outcome.tmp).unlink(missing_ok=True)
+            if self.options["on_error"] == "fail":
+                index, key = next((i, k) for i, k in zip(record["items"], record["keys"]) if k in repeated)
+                raise item_error(repeated_key(index, key))
+            outcome = self.reads.write_here(schema, replace(task, taken=repeated))
+            record = outcome.record
+        if outcome.error is not None:
+            raise PackError(write_error(out, task.name, outcome.error))
+        if outcome.failed is not None:
+            raise item_error(outcome.failed)
+        final = out / task.name
+        try:
+            os.replace(outcome.tmp, final)
+            Journal(out).save(task.shard.number, record)  # after the rename: a journal entry means done
+        except JournalWriteError as exc:
+            raise PackError(write_error(out, f"the resume journal entry for {task.name} in {PACK_STATE_DIR}/",
+                                        exc)) from None
+        except OSError as exc:
+            raise PackError(write_error(out, task.name, exc)) from None
+        keys.update(record["keys"])
+        return record
 
     def _finish(self, out: Path, records: list[dict[str, Any]], schema: Schema) -> PackReport:
         """The listing finalize writes the index from: the written items, numbered in order."""
@@ -182,57 +208,6 @@ class DatasetPackJob:
                             extra={"encoded": {**encoder, "images": sum(r["encoded"] for r in records)}})
         except OSError as exc:  # the finished shards stay: the same call resumes from them
             raise PackError(write_error(out, "the index and manifest", exc)) from None
-
-
-class _ShardWriter:
-    """One shard's records handed to the writer thread in index order, its journal entry once done."""
-
-    def __init__(self, out: Path, options: dict[str, Any], file_types: dict[str, str], keys: set[str]) -> None:
-        self.out, self.options, self.file_types, self.keys = out, options, file_types, keys
-        self.journal = Journal(out)
-
-    def write(self, shard: ShardPlan, got: Iterator[Read], behind: WriteBehind,
-              check_interrupt: Callable[[], None], bar: Any) -> dict[str, Any]:
-        storage = self.options["storage"]
-        name = shard_name(storage, shard.number)
-        final, tmp = self.out / name, self.out / PACK_STATE_DIR / (name + ".tmp")
-        record = new_shard_record(name, self.file_types, digest=shard.digest, stamps="", encoded=0, keys=[], labels=[],
-                                  values={})
-
-        def done(file_bytes: int, data_offset: int) -> None:
-            record["bytes"], record["data_offset"] = file_bytes, data_offset
-            os.replace(tmp, final)
-            self.journal.save(shard.number, record)  # after the rename: a journal entry means done
-
-        def make() -> Any:
-            os.close(create_new(tmp))
-            return WRITERS[storage](tmp, self.options["shard_size"])
-
-        behind.start_shard(name, make, done, lambda: tmp.unlink(missing_ok=True))
-        for _ in range(shard.start, shard.end):
-            check_interrupt()
-            read = next(got)
-            if bar is not None:
-                bar.update(1)
-            if read.payloads is not None and read.key in self.keys:
-                read = Read(read.index, reason=f"{KEY} {read.key!r} was given to an earlier item; keys name one "
-                                               "item each")
-            if read.payloads is None or read.values is None:
-                if self.options["on_error"] == "fail":
-                    raise item_error(read)
-                record["skips"].append([read.key or f"{read.index:08d}", f"item {read.index}: {read.reason}"])
-                continue
-            self.keys.add(read.key)
-            payloads = read.payloads
-            add_record(record, behind, read.index, payloads.data, payloads.checksum, payloads.width, payloads.height,
-                       payloads.files, self.file_types)
-            record["keys"].append(read.key)
-            record["labels"].append(read.label)
-            for field, value in json_values(read.values).items():
-                record["values"].setdefault(field, []).append(value)
-            record["encoded"] += payloads.encoded
-        end_shard_record(record, behind)
-        return record
 
 
 def _clear(out: Path) -> None:

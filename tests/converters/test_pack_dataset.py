@@ -109,6 +109,36 @@ def test_an_item_that_raises_is_named_or_skipped_and_counted(tmp_path):
     assert ds.record(13)["caption"] == "photo 14" and ds.manifest.packed["skipped"] == 1
 
 
+def _keyed(repeat: int, at: int) -> list[dict[str, object]]:
+    """Photos as dicts with keys of their own; item ``at`` repeats item ``repeat``'s key."""
+    items = [{**Photos(form="dict")[i], "__key__": f"photo-{i}"} for i in range(COUNT)]
+    items[at]["__key__"] = f"photo-{repeat}"
+    return items
+
+
+def test_a_key_an_earlier_shard_has_is_named_or_skipped_as_in_one_process(tmp_path):
+    # the workers write whole shards, each knowing only its own keys: the repeat is found in the
+    # packing process, across shards (item 30 repeats item 2's key), and within one (9 repeats 8)
+    for repeat, at in ((2, 30), (8, 9)):
+        with pytest.raises(SourceError, match=rf"dataset item {at}: __key__ 'photo-{repeat}' was given to an "
+                                              "earlier item; keys name one item each; fix the dataset"):
+            _pack(_keyed(repeat, at), tmp_path / f"fail-{at}.fl", workers=2)
+        assert not list((tmp_path / f"fail-{at}.fl").glob(".pack/*.tmp"))  # the workers' shards, removed
+        one = _pack(_keyed(repeat, at), tmp_path / f"one-{at}.fl", workers=1, on_error="skip")
+        two = _pack(_keyed(repeat, at), tmp_path / f"two-{at}.fl", workers=2, on_error="skip")
+        assert one.num_records == two.num_records == COUNT - 1 and two.skipped == 1
+        assert _index(tmp_path / f"two-{at}.fl") == _index(tmp_path / f"one-{at}.fl")
+        assert f"item {at}: __key__ 'photo-{repeat}' was given" in two.skipped_files[0].reason
+
+
+def test_fewer_shards_than_workers_are_written_here_from_the_workers_reads(tmp_path):
+    # two shards, three workers: the items come back from the workers, this process writes them
+    report = fastload.pack(Photos(), tmp_path / "three.fl", shard_size="40KB", workers=3, progress=False)
+    assert report.num_shards == 2
+    fastload.pack(Photos(), tmp_path / "one.fl", shard_size="40KB", workers=1, progress=False)
+    assert _index(tmp_path / "three.fl") == _index(tmp_path / "one.fl")
+
+
 def test_bad_items_and_sources_are_refused_with_what_to_do(tmp_path):
     with pytest.raises(SourceError, match=r"dataset item 0: is a int; an item is a dict"):
         _pack([1, 2], tmp_path / "a.fl")
@@ -165,7 +195,7 @@ def test_a_changed_dataset_is_refused_on_resume_and_overwrite_starts_over(refere
     out = tmp_path / "c.fl"
     with pytest.raises(SourceError, match="dataset item 35"):  # an interrupted pack: shards 0..7 journaled
         _pack(Photos(fail_at=35), out, workers=2)
-    assert list(out.glob(".pack/shard-*.json"))
+    assert list(out.glob(".pack/shard-*.json")) and not list(out.glob(".pack/*.tmp"))  # later shards removed
     with pytest.raises(SourceError, match=r"c.fl: item \d+ differs from what the interrupted pack wrote \(its image\); "
                                           r"the dataset is not deterministic, or changed: pass overwrite=True"):
         _pack(Photos(shift=1000), out, workers=2)
