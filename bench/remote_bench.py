@@ -14,6 +14,12 @@ process and its children), the server and the proxy over the row, so that it say
 machine the test bed itself took. Rows:
 
 * ``small objects``: the photos as one object each, shuffled, one GET per photo (the baseline);
+* ``s3torchconnector, one GET per object``: AWS's S3 Connector for PyTorch (CRT-based) on the same
+  objects in the same order: its ``S3MapDataset`` with the sequential reader, ``--in-flight``
+  objects read at once on threads (the CRT does each GET off the GIL); ``s3torchconnector ranged,
+  one GET per record``: its ranged reader (unbuffered) over the packed shards, each record's byte
+  range fetched alone (where it lies is taken from the local copy's index). Left out, with a note,
+  when ``s3torchconnector`` is not installed (``pip install s3torchconnector``; a dev dependency);
 * ``packed, no cache``: ``PackedDataset(url, cache_limit=0)``: each record's exact byte range,
   neighbours coalesced;
 * ``packed, cache cold`` / ``warm``: with the node cache (epoch 1 fetches aligned 4 MiB pieces and
@@ -48,6 +54,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from remote_rows import ROWS, peak_mb  # bench/ is the script folder, so on sys.path
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -73,158 +80,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--row", default=None, help=argparse.SUPPRESS)  # internal: run one row, print JSON
     p.add_argument("--row-args", default="{}", help=argparse.SUPPRESS)
     return p.parse_args(argv)
-
-
-# --- rows (each in its own process) ----------------------------------------------------------------
-
-def _peak_mb() -> float:
-    """This process's peak resident memory (VmHWM: ru_maxrss would carry the parent's peak over exec)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _batches(order: list[int], size: int = 64) -> list[list[int]]:
-    return [order[k:k + size] for k in range(0, len(order), size)]
-
-
-def row_small_objects(a: dict[str, Any]) -> dict[str, Any]:
-    import numpy as np
-
-    from fastload.storage.remote import RemoteStore
-
-    store = RemoteStore(a["photos_url"], a["options"], max_in_flight=a["in_flight"])
-    objects = [(name, size) for name, size, _ in store.list_objects()]
-    order = np.random.default_rng(0).permutation(len(objects))[:a["records"]].tolist()
-    start, got = time.perf_counter(), 0
-    for batch in _batches(order):
-        got += sum(len(b) for b in store.read_ranges([(objects[i][0], 0, objects[i][1]) for i in batch]))
-    seconds = time.perf_counter() - start
-    return {"records": len(order), "seconds": seconds, "bytes": got}
-
-
-def _dataset(a: dict[str, Any], **kw: Any) -> Any:
-    from fastload import PackedDataset
-
-    if a.get("url"):
-        return PackedDataset(a["url"], storage_options=a["options"], cache_dir=a.get("cache_dir"),
-                             cache_limit=a.get("cache_limit", 0), cache_policy=a.get("policy", "keep"), **kw)
-    return PackedDataset(a["local"], **kw)
-
-
-def row_raw(a: dict[str, Any]) -> dict[str, Any]:
-    """Shuffled raw record reads, a batch of 64 at a time, for ``epochs`` epochs."""
-    import numpy as np
-
-    if "fill_streams" in a:  # a row comparing fill streams side by side
-        import fastload.storage.remote_fill
-
-        fastload.storage.remote_fill.FILL_STREAMS = a["fill_streams"]
-    ds = _dataset(a)
-    if ds.reader.remote is not None:
-        ds.reader.remote.store.max_in_flight = a["in_flight"]
-    epochs = []
-    for epoch in range(a.get("epochs", 1)):
-        if a.get("fill"):
-            ds.fill_cache()  # as fastload.DataLoader does when an epoch begins
-        order = np.random.default_rng([0, epoch]).permutation(len(ds)).tolist()
-        start, got = time.perf_counter(), 0
-        for batch in _batches(order):
-            got += sum(len(p) for p in ds.reader.read_many(batch))
-        epochs.append({"records": len(order), "seconds": time.perf_counter() - start, "bytes": got})
-    out = dict(epochs[0])
-    out["epochs"] = epochs
-    if ds.cache is not None:
-        out["cache_usage"], out["cache_limit"] = ds.cache.usage(), ds.cache.limit
-    return out
-
-
-def row_train(a: dict[str, Any]) -> dict[str, Any]:
-    import fastload
-
-    ds = _dataset(a, image_size=224, train=True)
-    if ds.reader.remote is not None:
-        ds.reader.remote.store.max_in_flight = a["in_flight"]
-    loader = fastload.DataLoader(ds, batch_size=64, shuffle=True)
-    epochs = []
-    for epoch in range(a.get("epochs", 1)):
-        start, n = time.perf_counter(), 0
-        for images, _ in loader:
-            n += len(images)
-        epochs.append({"records": n, "seconds": time.perf_counter() - start})
-    out = dict(epochs[0])
-    out["epochs"] = epochs
-    out["settings"] = str(loader.settings)
-    return out
-
-
-def row_pread(a: dict[str, Any]) -> dict[str, Any]:
-    """The disk's own random-read rate: ``in_flight`` threads each ``pread`` one record at a time,
-    the records in the same shuffled order, the shard files cold."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import numpy as np
-
-    from fastload import PackedDataset
-    from fastload.benchmark.stages import drop_cache
-
-    ds = PackedDataset(a["local"])
-    order = np.random.default_rng(0).permutation(len(ds)).tolist()
-    places = [ds.reader.locate(i) for i in order]  # (fd, offset, size), found before the clock starts
-    drop_cache([str(Path(a["local"]) / s.file) for s in ds.manifest.shards])
-    start = time.perf_counter()
-    with ThreadPoolExecutor(a["in_flight"]) as pool:
-        got = sum(pool.map(lambda p: len(os.pread(p[0], p[2], p[1])), places, chunksize=16))
-    return {"records": len(order), "seconds": time.perf_counter() - start, "bytes": got}
-
-
-def row_raw_cold(a: dict[str, Any]) -> dict[str, Any]:
-    """fastload's own shuffled raw reads of the local dataset, a batch of 64 at a time, shards cold."""
-    import numpy as np
-
-    from fastload import PackedDataset
-    from fastload.benchmark.stages import drop_cache
-
-    ds = PackedDataset(a["local"])
-    order = np.random.default_rng(0).permutation(len(ds)).tolist()
-    ds.reader.read_many(order[:2])  # shards opened (the LMDB page walk) before the clock starts
-    drop_cache([str(Path(a["local"]) / s.file) for s in ds.manifest.shards])
-    batches = _batches(order)
-    start, got = time.perf_counter(), 0
-    if a.get("ahead", True):  # the next batch's reads in flight while one is used (what verify does)
-        got = sum(len(p) for payloads in ds.reader.read_batches(batches) for p in payloads)
-    else:  # a batch at a time: each waits for its slowest read
-        got = sum(len(p) for batch in batches for p in ds.reader.read_many(batch))
-    return {"records": len(order), "seconds": time.perf_counter() - start, "bytes": got}
-
-
-def row_pieces(a: dict[str, Any]) -> dict[str, Any]:
-    """The store's own ceiling for the cold epoch: every aligned 4 MiB piece of every shard, in a
-    shuffled order, 8 at a time (as a cold read fetches them), no cache and no checksums; the rate
-    is in records' worth of bytes per second (bytes / mean record size)."""
-    import numpy as np
-
-    from fastload.format import read_manifest
-    from fastload.storage.remote import RemoteStore
-    from fastload.storage.remote_reads import FILL_BUDGET, FILL_PIECE
-
-    manifest = read_manifest(a["local"])
-    store = RemoteStore(a["url"], a["options"], max_in_flight=a["in_flight"])
-    pieces = [(s.file, start, min(FILL_PIECE, s.bytes - start))
-              for s in manifest.shards for start in range(0, s.bytes, FILL_PIECE)]
-    order = np.random.default_rng(0).permutation(len(pieces)).tolist()
-    per = FILL_BUDGET // FILL_PIECE
-    start, got = time.perf_counter(), 0
-    for k in range(0, len(order), per):
-        got += sum(len(b) for b in store.read_ranges([pieces[i] for i in order[k:k + per]]))
-    seconds = time.perf_counter() - start
-    return {"records": round(got / (manifest.total_bytes / manifest.num_records)), "seconds": seconds,
-            "bytes": got}
-
-
-ROWS = {"small": row_small_objects, "raw": row_raw, "train": row_train, "pread": row_pread,
-        "raw-cold": row_raw_cold, "pieces": row_pieces}
 
 
 # --- the run ----------------------------------------------------------------------------------------
@@ -288,6 +143,10 @@ def _range_length(request: Any) -> int:
     return int(hi) - int(lo) + 1 if lo and hi else 0
 
 
+CONNECTOR_MAP = "s3torchconnector, one GET per object"
+CONNECTOR_RANGED = "s3torchconnector ranged, one GET per record"
+
+
 def _ratios(by: dict[str, dict[str, Any]]) -> dict[str, float]:
     """The issue's ratios, of the rows that ran (``--rows`` may leave some out)."""
     def rate(name: str, epoch: int | None = None) -> float:
@@ -303,6 +162,13 @@ def _ratios(by: dict[str, dict[str, Any]]) -> dict[str, float]:
 
     wanted: dict[str, Any] = {
         "packed no cache / small objects": lambda: rate("packed, no cache") / rate("small objects"),
+        "s3torchconnector one GET per object / small objects":
+            lambda: rate(CONNECTOR_MAP) / rate("small objects"),
+        "packed cold, fill ahead / s3torchconnector one GET per object":
+            lambda: rate("packed, cache cold, fill ahead") / rate(CONNECTOR_MAP),
+        "packed cold (epoch 1) / s3torchconnector one GET per object":
+            lambda: rate("packed, cache cold+warm", 0) / rate(CONNECTOR_MAP),
+        "packed no cache / s3torchconnector ranged": lambda: rate("packed, no cache") / rate(CONNECTOR_RANGED),
         "packed cold (epoch 1) / small objects":
             lambda: rate("packed, cache cold+warm", 0) / rate("small objects"),
         "packed cold, fill ahead / small objects":
@@ -355,13 +221,25 @@ def _upload(photos: Path, packed: Path, server: Any) -> tuple[str, str]:
     return photos_store.url, packed_store.url
 
 
+def _connector_version() -> str | None:
+    """The s3torchconnector version the connector rows ran with (None: not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("s3torchconnector")
+    except PackageNotFoundError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.row:
         result = ROWS[args.row](json.loads(args.row_args))
-        result["peak_mb"] = _peak_mb()
+        result["peak_mb"] = peak_mb()
         print(json.dumps(result))
         return 0
+    from fastload.benchmark.connector import NOT_INSTALLED as CONNECTOR_MISSING
+    from fastload.benchmark.connector import installed as connector_installed
     from fastload.format import read_manifest
     from tests.remote.fault_proxy import FaultProxy
     from tests.remote.latency_proxy import LatencyProxy
@@ -397,7 +275,15 @@ def main(argv: list[str] | None = None) -> int:
                 _run_cli(photos_url, packed_url, opts, args.cli_json, work)
 
             row("small objects", "small", photos_url=photos_url, records=args.small_records)
+            connector = connector_installed()
+            if connector:  # AWS's connector on the same objects and shards, through the same proxy
+                row(CONNECTOR_MAP, "connector", photos_url=photos_url, records=args.small_records)
+            else:
+                print(f"no s3torchconnector rows: {CONNECTOR_MISSING}", flush=True)
             row("packed, no cache", "raw", url=packed_url)
+            if connector:
+                row(CONNECTOR_RANGED, "connector", url=packed_url, local=args.packed, ranged=True,
+                    records=args.small_records)
             row("store ceiling, 4 MiB pieces", "pieces", url=packed_url, local=args.packed)
             row("packed, cache cold+warm", "raw", url=packed_url, epochs=2, cache_dir=cache("c1"),
                 cache_limit=4 * total)
@@ -424,12 +310,13 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     ratios = _ratios({r["name"]: r for r in rows})
     for name, value in ratios.items():
-        print(f"{name:<40} {value:6.2f}x")
+        print(f"{name:<62} {value:6.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps({
             "schema": "fastload-remote-bench/1", "latency_s": args.latency, "proxy": args.proxy, "in_flight": args.in_flight,
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-            "dataset_bytes": total, "rows": rows, "ratios": ratios}, indent=2) + "\n")
+            "dataset_bytes": total, "rows": rows, "ratios": ratios,
+            "s3torchconnector": _connector_version()}, indent=2) + "\n")
     return 0
 
 

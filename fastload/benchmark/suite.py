@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from fastload.benchmark.ceilings import ceilings
+from fastload.benchmark.connector import connector_notes, connector_rows
 from fastload.benchmark.contenders import fastload_rows, raw_rows, torch_rows
 from fastload.benchmark.far import StoreObjects, store_raw_rows, store_rows
 from fastload.benchmark.inputs import Inputs, skipped_note
@@ -96,6 +97,7 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
             report.notes.append("no image folder to compare with: pass the folder as SRC and the "
                                 "dataset with --packed")
         report.compute_speedups()
+        report.notes += connector_notes(report.runs)
         try:
             if not interrupted and (model_step or measure_ceilings):
                 target = _target(inputs, specs, report, image_size)
@@ -138,6 +140,9 @@ def _specs(inputs: Inputs, include: Collection[RunKind], batch_size: int, image_
         for url in stored:
             specs += store_rows(url, inputs.storage_options, cache_dir(inputs), batch_size, image_size,
                                 train=False)
+        connector, notes = connector_rows(objects, stored, inputs.storage_options, batch_size)
+        specs += connector  # AWS's connector on the same store, when it is installed
+        inputs.notes += notes
     if "fastload" in include:
         specs += fastload_rows(local, batch_size, image_size, cold, dali=dali, variants=variants)
         for url in stored:
