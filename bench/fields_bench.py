@@ -25,7 +25,8 @@ masks with their train crops), both ways, are printed beside the rates. Rows, in
   its photo's crop and flip (nearest neighbour);
 * ``segmentation, mask rows``: the same on the dataset of masks stored as rows (equal batches).
 
-Nothing asserts on time; the ratios are printed and written to ``--json``.
+``--rows`` picks some of them (``--rows segmentation-rows``: image only always runs). Nothing
+asserts on time; the ratios are printed and written to ``--json``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+
+# --rows names: the rows of the docstring
+ROWS = {"image": "image only", "detection": "detection", "detection-padded": "detection, padded",
+        "segmentation": "segmentation", "segmentation-rows": "segmentation, mask rows"}
 
 
 def write_mask(path: Path, width: int, height: int, rng: Any) -> None:
@@ -111,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--work", default=None, help="where the temporary dataset goes")
     p.add_argument("--json", default=None)
+    p.add_argument("--rows", nargs="+", choices=tuple(ROWS), default=tuple(ROWS),
+                   help="the rows to run (image only always runs: the others' ratios are to it)")
     args = p.parse_args(argv)
 
     import fastload
@@ -147,14 +155,16 @@ def main(argv: list[str] | None = None) -> int:
                     lambda: loader(work / "rows.fl", fields=("image", "label", "mask")),
                     lambda ld: str(ld.settings.mode)),
         ]
-        runs, _ = run_all(specs, Limits(args.duration), repeats=args.repeats)
+        chosen = {ROWS[row] for row in args.rows} | {"image only"}
+        runs, _ = run_all([spec for spec in specs if spec.name in chosen], Limits(args.duration),
+                          repeats=args.repeats)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     by = {r.name: r for r in runs}
     for r in runs:
         print(f"{r.name:<20} {r.samples_per_s:8.0f} samples/s  (min {r.min or 0:.0f}, max {r.max or 0:.0f})")
     ratios = {name: paired_ratio(by[name], by["image only"], "samples_per_s")
-              for name in ("detection", "detection, padded", "segmentation", "segmentation, mask rows")}
+              for name in ROWS.values() if name in by and name != "image only"}
     for name, ratio in ratios.items():
         print(f"{name} / image only: {ratio:.2f}x")
     masks = {"png": sizes["d.fl"], "rows": sizes["rows.fl"]}
