@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -15,6 +16,12 @@ from fastload.format.mask_rows import MaskRows, parse_mask_rows
 # the loader's dtype for each stored element, as for a mask read from its image file: uint8 class
 # ids as uint8, 16- and 32-bit integers as int32, floats as float32
 _OUT = {"|u1": np.uint8, "<u2": np.int32, "<i4": np.int32, "<f4": np.float32}
+_TORCH = {np.uint8: torch.uint8, np.int32: torch.int32, np.float32: torch.float32}
+
+try:
+    from fastload.decode._jpeg_region import mask_rows_into
+except ImportError:  # built without a compiler or libjpeg's headers (see setup.py): cut in NumPy
+    mask_rows_into = None
 
 
 def read_mask_rows(data: bytes, *, where: str, max_pixels: int) -> MaskRows:
@@ -28,19 +35,43 @@ def read_mask_rows(data: bytes, *, where: str, max_pixels: int) -> MaskRows:
     return mask
 
 
-def decode_mask_rows(data: bytes, plan: CropPlan | None, *, where: str, max_pixels: int) -> torch.Tensor:
+def decode_mask_rows(data: bytes, plan: CropPlan | None, *, where: str, max_pixels: int,
+                     out: Callable[[torch.dtype], torch.Tensor | None] | None = None) -> torch.Tensor:
     """A stored mask as an ``H×W`` tensor (see fastload.samples.file_fields for its dtype), cut and
     scaled as ``plan`` cuts its image, nearest neighbour as Pillow cuts a mask file: only the rows
-    under the crop's box are read and, for runs, repeated out."""
+    under the crop's box are read. ``out(dtype)``: where to cut it, asked once its dtype is known
+    (a slot of the batch's tensor), or None for a new tensor."""
     mask = read_mask_rows(data, where=where, max_pixels=max_pixels)
     out_dtype = _OUT[mask.element.str]
     if plan is None:
         return torch.from_numpy(np.array(rows_band(mask, 0, mask.height, where), dtype=out_dtype))
+    dtype = _TORCH[out_dtype]
+    target = out(dtype) if out is not None else None
+    if target is None or tuple(target.shape) != plan.out_size:
+        target = torch.empty(plan.out_size, dtype=dtype)
+    cut_mask(mask, plan, target.numpy(), where)
+    return target
+
+
+def cut_mask(mask: MaskRows, plan: CropPlan, out: np.ndarray, where: str) -> None:
+    """Cut ``plan`` from ``mask`` into ``out`` (``plan.out_size``, the mask's loader dtype), in C
+    where the native module is built, else in NumPy (the same values: tests/decode/test_mask_cut.py)."""
+    if mask_rows_into is None:
+        cut_mask_numpy(mask, plan, out, where)
+        return
+    try:
+        mask_rows_into(mask.values, mask.lengths, mask.row_starts, mask.width, mask.height, *plan.box,
+                       mask.element.str == "<u2", plan.flip, out)
+    except ValueError as exc:
+        raise CorruptRecordError(f"{where}: {exc}; re-pack the dataset") from None
+
+
+def cut_mask_numpy(mask: MaskRows, plan: CropPlan, out: np.ndarray, where: str) -> None:
+    """:func:`cut_mask` in NumPy: the box's band of rows repeated out, then its pixels taken."""
     rows, cols = pillow_pixels(plan, mask.width, mask.height, per_pixel=mask.element.str == "<u2")
     first, last = int(rows[0]), int(rows[-1])  # rows only grow: the box's band, top to bottom
     band = rows_band(mask, first, last + 1, where)
-    cut = band.take(rows - first, axis=0).take(cols, axis=1)  # two takes: 5x faster than one np.ix_ gather
-    return torch.from_numpy(cut.astype(out_dtype, copy=False))
+    out[...] = band.take(rows - first, axis=0).take(cols, axis=1)  # two takes: 5x faster than one np.ix_ gather
 
 
 def rows_band(mask: MaskRows, first: int, end: int, where: str) -> np.ndarray:

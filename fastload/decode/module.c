@@ -11,6 +11,7 @@
 
 #include "jpeg_region.h"
 #include "jpeg_restarts.h"
+#include "mask_rows.h"
 #include "resample.h"
 
 #define RESTART_WIDTH 64 /* restart intervals written by add_restart_markers: at most this wide, in px */
@@ -265,6 +266,7 @@ static PyMethodDef methods[] = {
     {"decode_crop_into", decode_crop_into, METH_VARARGS, decode_crop_into_doc},
     {"resize_into", resize_into, METH_VARARGS, resize_into_doc},
     {"add_restart_markers", add_restart_markers, METH_VARARGS, add_restart_markers_doc},
+    {"mask_rows_into", fastload_mask_rows_into, METH_VARARGS, fastload_mask_rows_into_doc},
     {NULL, NULL, 0, NULL},
 };
 
