@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from fastload.samples.collate import ImageBatch, collate_field
+from fastload.samples.field_slots import FieldSlots
 from fastload.errors import CorruptRecordError
 from fastload.samples.file_fields import decode_file_field
 from fastload.format import Manifest, RecordIndex
@@ -95,19 +96,21 @@ class SampleFields:
         return int(self.index.label[i]) if name == "label" else self.index.field(name, i)
 
     def values(self, i: int, plan: CropPlan | None, where: str,
-               reads: Mapping[str, Callable[[int], bytes]] | None = None) -> dict[str, Any]:
+               reads: Mapping[str, Callable[[int], bytes]] | None = None,
+               slots: FieldSlots | None = None) -> dict[str, Any]:
         """Record ``i``'s stored fields other than image and label, file fields read (``reads``:
         a file field's batch, fetched already) and decoded; with a crop ``plan``, the file fields
-        of the image's size cut as its pixels are, and the ``boxes`` moved (clipped, mirrored;
-        those left without area dropped with their rows of ``box_fields``). ``where`` names the
-        record in errors."""
+        of the image's size cut as its pixels are (masks stored as rows into their batch's
+        ``slots``), and the ``boxes`` moved (clipped, mirrored; those left without area dropped
+        with their rows of ``box_fields``). ``where`` names the record in errors."""
         values = {name: self.value(name, i) for name in self.names
                   if name not in ("image", "label") and name not in self.files}
         for name in self.files:
             data = reads[name](i) if reads else self.reader.read(i, name)
             spatial = plan is not None and int(self.index.files[name].width[i]) >= 0
+            out = slots.slot_of(name, i) if slots is not None and spatial else None
             values[name] = decode_file_field(self.types[name], data, plan if spatial else None,
-                                             where=self.reader.where(i, name), max_pixels=self.max_pixels)
+                                             where=self.reader.where(i, name), max_pixels=self.max_pixels, out=out)
         if self.boxes is not None and plan is not None:
             moved, keep = boxes_through_crop(values[self.boxes], plan)
             for name in self.box_fields:
@@ -150,9 +153,17 @@ class SampleFields:
             return out
         return tuple((out[name], out[f"{name}_lengths"]) if name in self.pad else out[name] for name in self.names)
 
-    def into_batch(self, batch: ImageBatch, samples: list[dict[str, Any]]) -> None:
+    def slots(self, indices: list[int], out_size: tuple[int, int]) -> FieldSlots | None:
+        """Batch tensors for the cut masks of records ``indices`` (None: no field asked for is
+        a mask stored as rows)."""
+        if not any(self.types[name] == "mask-rows" for name in self.files):
+            return None
+        return FieldSlots(indices, out_size)
+
+    def into_batch(self, batch: ImageBatch, samples: list[dict[str, Any]], slots: FieldSlots | None = None) -> None:
         """Give a decoded batch its fields (its images and labels as they are), collated from each
-        sample's ``values`` (computed in the decode threads)."""
+        sample's ``values`` (computed in the decode threads; masks cut into ``slots`` are their
+        batch tensor as it is)."""
         out: dict[str, Any] = {}
         for name in self.names:
             if name == "image":
@@ -160,7 +171,12 @@ class SampleFields:
             elif name == "label":
                 out[name] = batch.labels
             else:
-                self._collate_into(out, name, [s[name] for s in samples])
+                values = [s[name] for s in samples]
+                whole = slots.collated(name, values) if slots is not None else None
+                if whole is None:
+                    self._collate_into(out, name, values)
+                else:
+                    out[name] = whole
         batch.fields, batch.samples = self.batch_as_asked(out), samples
 
     def _collate_into(self, out: dict[str, Any], name: str, values: list[Any]) -> None:

@@ -18,6 +18,7 @@ A file field's type (fastload.format.layout) says how its bytes become a value:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -37,9 +38,12 @@ _MASK_DTYPES = {mode: np.int32 if mode.startswith("I") else np.float32 if mode =
                 for mode in MASK_MODES}
 
 
-def decode_file_field(kind: str, data: bytes, plan: CropPlan | None, *, where: str, max_pixels: int) -> Any:
+def decode_file_field(kind: str, data: bytes, plan: CropPlan | None, *, where: str, max_pixels: int,
+                      out: Callable[[torch.dtype], torch.Tensor | None] | None = None) -> Any:
     """Record bytes of a file field of type ``kind`` as its value, moved by ``plan`` when given
-    (give one only to a field the size of its image: the index has its width and height)."""
+    (give one only to a field the size of its image: the index has its width and height).
+    ``out(dtype)``: where a ``"mask-rows"`` field's cut goes (a slot of its batch's tensor; see
+    :class:`fastload.samples.field_slots.FieldSlots`); other kinds make tensors of their own."""
     if kind == "file":
         return data
     if kind == "npy":
@@ -52,7 +56,7 @@ def decode_file_field(kind: str, data: bytes, plan: CropPlan | None, *, where: s
         decode_crop(data, plan, out=out, where=where, max_pixels=max_pixels)
         return torch.from_numpy(out).permute(2, 0, 1)
     if kind == "mask-rows":
-        return decode_mask_rows(data, plan, where=where, max_pixels=max_pixels)
+        return decode_mask_rows(data, plan, where=where, max_pixels=max_pixels, out=out)
     img = decode_as_stored(data, where=where, max_pixels=max_pixels)
     dtype = _MASK_DTYPES.get(img.mode)
     if dtype is None:

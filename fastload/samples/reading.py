@@ -129,10 +129,11 @@ class SampleReading:
                 self.reader.will_read(indices, field)
         undecoded: dict[int, CorruptRecordError] | None = None if failed is None else {}
         read = self.reader.prefetched(indices)  # a remote batch is fetched here, all at once
-        values = None
+        values, slots = None, None
         if self._fields is not None:
             sample_fields, reads = self._fields, self._file_field_reads(indices)
-            values = lambda i, plan, at: sample_fields.values(i, plan, at, reads)  # noqa: E731
+            slots = sample_fields.slots(indices, pipeline.out_size)  # masks cut straight into the batch
+            values = lambda i, plan, at: sample_fields.values(i, plan, at, reads, slots)  # noqa: E731
         batch = decode_batch(pipeline, read, parsed, self.index.width[indices],
                              self.index.height[indices], self.index.label[indices],
                              self.decoder, self.reader.where, max_pixels=self.max_pixels,
@@ -143,7 +144,7 @@ class SampleReading:
             failed.update((indices[k], exc) for k, exc in sorted(undecoded.items()))
             indices = [i for k, i in enumerate(indices) if k not in undecoded]
         if self._fields is not None:
-            self._fields.into_batch(batch, batch.samples)
+            self._fields.into_batch(batch, batch.samples, slots)
             return batch
         if self.target_transform is not None:
             return [(image, self._target(i, label)) for i, (image, label) in zip(indices, batch)]
