@@ -15,7 +15,7 @@ from torch.utils.data import Dataset
 from fastload.config import available_cpus
 from fastload.loading.loader import DataLoader
 from fastload.loading.stats import batch_size_of
-from fastload.loading.settings import LoaderSettings
+from fastload.loading.settings import THREAD_DECODE_CORES, LoaderSettings, uses_builtin_pipeline
 
 
 def tune(dataset: Dataset, *, batch_size: int, batches: int = 6, candidates: list[dict[str, Any]] | None = None,
@@ -25,11 +25,8 @@ def tune(dataset: Dataset, *, batch_size: int, batches: int = 6, candidates: lis
     Each candidate runs ``batches`` batches after one warm-up batch and the batches its loader
     holds ready by then; the result's reasons record every candidate's measured samples/s.
     """
-    cores = available_cpus()
     if candidates is None:
-        candidates = [{"num_workers": 0}, {"num_workers": "auto"}]
-        candidates += [{"num_workers": w, "prefetch_factor": p}
-                       for w in sorted({1, cores}) for p in (2, 4)]
+        candidates = default_candidates(dataset, available_cpus())
     results: list[tuple[float, LoaderSettings]] = []
     for candidate in candidates:
         loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, **loader_kwargs, **candidate)
@@ -39,6 +36,15 @@ def tune(dataset: Dataset, *, batch_size: int, batches: int = 6, candidates: lis
     rate, best = max(results, key=lambda r: r[0])
     table = "; ".join(f"{s.mode}/{s.num_workers}w/pf{s.prefetch_factor}: {r:.0f}/s" for r, s in results)
     return replace(best, reasons={**best.reasons, "tune": f"best of {len(results)}: {table}"})
+
+
+def default_candidates(dataset: Dataset, cores: int) -> list[dict[str, Any]]:
+    """tune's grid: main, auto, the decode threads when auto is not them, then 1 and ``cores``
+    worker processes with prefetch 2 and 4."""
+    candidates: list[dict[str, Any]] = [{"num_workers": 0}, {"num_workers": "auto"}]
+    if uses_builtin_pipeline(dataset) and cores > THREAD_DECODE_CORES:  # auto is processes there
+        candidates.append({"mode": "threads", "num_workers": 0})
+    return candidates + [{"num_workers": w, "prefetch_factor": p} for w in sorted({1, cores}) for p in (2, 4)]
 
 
 def _measure(loader: Any, batches: int, ahead: int = 0) -> float:

@@ -246,7 +246,8 @@ def test_stats_of_a_plain_dataset_count_samples_not_bytes():
 # --- tune -----------------------------------------------------------------------------------------
 
 
-def test_tune_returns_settings_with_the_measured_grid(id_packed):
+def test_tune_returns_settings_with_the_measured_grid(id_packed, monkeypatch):
+    monkeypatch.setenv("FASTLOAD_CPUS", "2")  # the grid of this machine and CI, whatever runs it
     ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32)
     best = fastload.tune(ds, batch_size=4, batches=2)
     assert isinstance(best, LoaderSettings)
@@ -266,6 +267,17 @@ def test_tune_returns_settings_with_the_measured_grid(id_packed):
     assert (loader.settings.mode, loader.settings.num_workers) == (best.mode, best.num_workers)
     assert sorted(ids_and_pixels(loader)[0]) == list(range(ID_RECORDS))
     assert "to use them: fastload.DataLoader(..., mode=" in str(best)
+
+
+def test_tunes_grid_keeps_the_decode_threads_where_auto_is_processes(id_packed):
+    from fastload.loading.tuner import default_candidates
+
+    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32)
+    threads = {"mode": "threads", "num_workers": 0}
+    assert threads not in default_candidates(ds, 2)  # auto is the threads there
+    grid = default_candidates(ds, 16)
+    assert threads in grid and {"num_workers": "auto"} in grid and {"num_workers": 16, "prefetch_factor": 4} in grid
+    assert threads not in default_candidates(Numbers(), 16)  # a Dataset of your own has no decode threads
 
 
 @pytest.mark.parametrize("mode", ["main", "threads", "processes"])

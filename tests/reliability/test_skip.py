@@ -73,7 +73,7 @@ def delivered(loader) -> tuple[list[int], list[int]]:
 
 
 @pytest.mark.parametrize("num_workers, context", [(0, None), ("auto", None), (2, "fork"), (2, "spawn")],
-                         ids=["main", "threads", "fork", "spawn"])
+                         ids=["main", "auto", "fork", "spawn"])
 def test_skip_leaves_damaged_records_out_and_counts_them(damaged, num_workers, context):
     bad = [3, 4, 17, 30]
     dataset = damaged(*bad)

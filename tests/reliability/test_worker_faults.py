@@ -77,7 +77,7 @@ def test_a_worker_killed_mid_epoch_fails_the_loop(id_set, tmp_path, how):
 
 # --- an error where the data is read keeps its type and says where ------------------------------------
 
-MODES = {"main": {"num_workers": 0}, "threads": {"num_workers": "auto"},
+MODES = {"main": {"num_workers": 0}, "threads": {"mode": "threads", "num_workers": 0},
          "processes": {"num_workers": 2, "timeout": 120}}
 # torch needs ~10 s to shut its workers down after one of them raised (2 x its 5 s join timeout,
 # measured with a plain torch DataLoader too): the longer worker cases run with `make test-all`.
