@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from fastload.converters.sources.table_pages import Unsupported, image_spans
 
 from fastload.errors import SourceError, SourceNotFoundError
 from fastload.format.layout import IMAGE_EXTENSIONS
@@ -100,6 +101,11 @@ class TableFile:
                  for k in range(len(self.starts) - 1)]
         return np.concatenate([p.to_numpy().astype(np.int64) for p in parts] or [np.zeros(0, np.int64)])
 
+    def image_spans(self, k: int, column: str, fd: int) -> tuple[np.ndarray, np.ndarray]:
+        """Where each row of batch ``k``'s image lies in the file open at ``fd``, and its length
+        (start -1: null); Unsupported where the batch is read through pyarrow (see table_pages)."""
+        raise Unsupported("not a local Parquet file")
+
     def read_all(self, columns: list[str]) -> Any:
         pa = arrow()
         if not columns:
@@ -129,9 +135,23 @@ class ParquetTable(TableFile):
         super().__init__(path, name, self.file.schema_arrow, [meta.row_group(k).num_rows for k in range(meta.num_row_groups)])
         if source is not None:
             self.mtime_ns = version
+        self.in_place = source is None  # a local file: its images are read where they lie (table_pages)
+        self.leaves: dict[str, tuple[int, int] | None] = {}  # image column -> (leaf, max definition level)
 
     def read(self, k: int, columns: list[str]) -> Any:
         return self.file.read_row_group(k, columns=columns)
+
+    def image_spans(self, k: int, column: str, fd: int) -> tuple[np.ndarray, np.ndarray]:
+        if column not in self.leaves:
+            schema = self.file.schema  # a struct's image (HF's Image) is its "bytes" leaf
+            found = [j for j in range(len(schema)) if schema.column(j).path in (column, f"{column}.bytes")
+                     and schema.column(j).max_repetition_level == 0]
+            self.leaves[column] = (found[0], schema.column(found[0]).max_definition_level) if found else None
+        leaf = self.leaves[column]
+        if leaf is None or not self.in_place:
+            raise Unsupported("not a local Parquet file, or no image leaf")
+        group = self.file.metadata.row_group(k)
+        return image_spans(fd, group.column(leaf[0]), leaf[1], group.num_rows)
 
     def sizes(self, column: str) -> np.ndarray:
         meta, out = self.file.metadata, []

@@ -6,19 +6,15 @@ feature stores it); the label column whole numbers (kept), text (classes numbere
 as ImageFolder does) or an HF ``ClassLabel`` (its names are the classes); a null label is -1. Every
 other column (or those ``columns`` names) is a typed field (see converters.sources.table_columns).
 A row's path is its file's name and its row, ``train.parquet/000123``; a dataset's row,
-``dataset/000123``. Listing reads the other columns once, never an image; packing reads the image
-column a row group or record batch at a time (see converters.sources.table_files), so memory is
-bounded by one row group, whatever the table's size. A null image, or a row group that cannot be
+``dataset/000123``. Listing reads the other columns once, never an image; packing reads the images
+a row group or record batch at a time (see converters.sources.table_rows), so memory is bounded by
+one row group, whatever the table's size. A null image, or a row group that cannot be
 read, is that row's bad entry (named, or skipped and reported with ``on_error="skip"``).
 """
 
 from __future__ import annotations
 
-import errno
-import itertools
-from collections import deque
-from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +32,10 @@ from fastload.converters.sources.table_columns import (
 from fastload.converters.sources.table_files import (
     MemoryTable,
     TableFile,
-    is_unreachable,
     open_table,
     table_paths,
 )
+from fastload.converters.sources.table_rows import TableRows
 
 from fastload.errors import SourceError
 from fastload.optional import require
@@ -163,70 +159,3 @@ def _labels(per_table: list[tuple[TableFile, np.ndarray, np.ndarray, Any]],
                                   f"{len(names)} classes its ClassLabel names (0..{len(names) - 1}, or -1)")
         return list(names), raws
     return None, raws
-
-
-class TableRows:
-    """Reads each row's image in place: one batch of one table at a time, the image column alone."""
-
-    def __init__(self, tables: dict[Path, TableFile], column: str, max_file_size: int | None) -> None:
-        self.tables, self.column, self.limit = tables, column, max_file_size
-        self.key: tuple[Path, int] | None = None
-        self.cells: Any = None  # the batch's image column, or the OSError reading it raised
-        self.start = 0
-
-    def read(self, path: Path, offset: int, size: int) -> bytes:
-        cell = self._cell(self.tables[path], offset)
-        if isinstance(cell, OSError):
-            raise cell
-        return cell
-
-    def contents(self, items: Sequence[SourceItem]) -> Iterator[bytes | OSError]:
-        """Each item's image bytes, in order (an OSError in the place of one that cannot be read);
-        the next batch is read on a thread while this one's rows are packed (pyarrow lets go of
-        the GIL while it decodes: reading was a third of a Parquet pack's time, on the packing
-        thread)."""
-        needed = [(item.path, self.tables[item.path].batch_of(item.offset)) for item in items]
-        batches = iter([key for n, key in enumerate(needed) if n == 0 or needed[n - 1] != key])
-        with ThreadPoolExecutor(1, thread_name_prefix="fastload-table-read") as pool:
-            ahead: deque[Future[Any]] = deque(pool.submit(self._batch, *k) for k in itertools.islice(batches, 2))
-            try:
-                for item, key in zip(items, needed):
-                    if self.key != key:
-                        self.key, self.cells = key, ahead.popleft().result()
-                        self.start = int(self.tables[key[0]].starts[key[1]])
-                        ahead.extend(pool.submit(self._batch, *k) for k in itertools.islice(batches, 1))
-                    yield self._value(item.offset)
-            finally:
-                for future in ahead:
-                    future.cancel()
-                self.key = self.cells = None
-
-    def _batch(self, path: Path, k: int) -> Any:
-        """Batch ``k``'s image column, or the OSError reading it raised (an unreachable store raises)."""
-        table = self.tables[path]
-        try:
-            return table.read(k, [self.column]).column(0)
-        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-            if is_unreachable(exc):
-                raise
-            return OSError(errno.EIO, f"its batch {k} of {table.name} cannot be read ({exc})")
-
-    def _cell(self, table: TableFile, row: int) -> bytes | OSError:
-        k = table.batch_of(row)
-        if self.key != (table.path, k):
-            self.key, self.start, self.cells = (table.path, k), int(table.starts[k]), self._batch(table.path, k)
-        return self._value(row)
-
-    def _value(self, row: int) -> bytes | OSError:
-        if isinstance(self.cells, OSError):
-            return self.cells
-        value = self.cells[row - self.start].as_py()
-        where = None
-        if isinstance(value, dict):  # an HF Image: {"bytes": ..., "path": ...}
-            value, where = value.get("bytes"), value.get("path")
-        if value is None:
-            also = f" (its path {where!r} is not read: store the bytes in the table)" if where else ""
-            return OSError(errno.ENODATA, f"no image: column {self.column!r} is null in this row{also}")
-        if self.limit is not None and len(value) > self.limit:
-            return OSError(errno.EFBIG, f"its image holds {len(value)} bytes, over --max-file-size {self.limit}")
-        return value

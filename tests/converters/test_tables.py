@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 
 import numpy as np
 import pytest
 from fastload.converters import pack
+from fastload.converters.sources.table_files import ParquetTable
+from fastload.converters.sources.table_pages import Unsupported
 
 import fastload
 from fastload.errors import SourceError
@@ -43,6 +46,7 @@ def made(tmp_path_factory):
     (root / "parts").mkdir()
     pq.write_table(table.slice(0, 7), root / "parts" / "a.parquet", row_group_size=3)
     pq.write_table(table.slice(7), root / "parts" / "b.parquet")
+    pq.write_table(table, root / "plain.parquet", row_group_size=5, compression="none")  # read in place
     files = root / "files"
     files.mkdir()
     with open(files / "list.csv", "w", newline="") as f:  # the same samples as files and a list
@@ -78,6 +82,9 @@ def test_parquet_row_groups_pack_to_the_records_their_samples_pack_to_from_files
     assert packed.manifest.packed["layout"] == "table" and fastload.verify(tmp_path / "t.fl", decode=True).ok
     again = pack(root / "t.parquet", tmp_path / "t.fl", progress=False)  # the plan is the same: nothing to redo
     assert again.already_packed
+    pack(root / "plain.parquet", tmp_path / "plain.fl", progress=False)  # uncompressed: each image read in place
+    _same_records(fastload.PackedDataset(tmp_path / "plain.fl"), from_files, samples,
+                  [f"plain.parquet/{i:06d}" for i in range(COUNT)])
     pack(root / "parts", tmp_path / "parts.fl", progress=False, shard_size=20_000)  # a folder: files sorted
     parts = fastload.PackedDataset(tmp_path / "parts.fl")
     assert len(parts.manifest.shards) > 1
@@ -155,6 +162,25 @@ def test_a_null_or_undecodable_image_is_named_or_skipped_and_reported(made, tmp_
     pq.write_table(table.slice(3), tmp_path / "undecodable.parquet")
     with pytest.raises(SourceError, match=r"undecodable.parquet/000001: not a readable image"):
         pack(tmp_path / "undecodable.parquet", tmp_path / "c.fl", progress=False)
+    pq.write_table(table, tmp_path / "plain.parquet", row_group_size=4, compression="none")  # read in place
+    with pytest.raises(SourceError, match=r"plain.parquet/000002: .*no image: column 'jpg' is null in this row"):
+        pack(tmp_path / "plain.parquet", tmp_path / "d.fl", progress=False)
+    big = max(range(6), key=lambda i: len(images[i] or b""))  # the row over the limit is named, not read
+    report = pack(tmp_path / "plain.parquet", tmp_path / "e.fl", on_error="skip", progress=False,
+                  max_file_size=len(images[big]) - 1)
+    reasons = {s.rel: s.reason for s in report.skipped_files}
+    assert report.num_records == 3 and (f"holds {len(images[big])} bytes, over --max-file-size "
+                                        f"{len(images[big]) - 1}") in reasons[f"plain.parquet/{big:06d}"]
+    assert "not a readable image" in reasons["plain.parquet/000004"] and "null" in reasons["plain.parquet/000002"]
+
+
+def test_an_hf_image_with_a_path_and_no_bytes_names_its_path(made, tmp_path):
+    images = [{"bytes": s["jpg"], "path": None} for s in made[1][:3]]
+    images[1] = {"bytes": None, "path": "/photos/b.jpg"}
+    for compression in ("none", "snappy"):  # read in place, and through pyarrow
+        pq.write_table(pa.table({"image": images}), tmp_path / f"{compression}.parquet", compression=compression)
+        with pytest.raises(SourceError, match=rf"{compression}.parquet/000001: .*its path '/photos/b.jpg' is not read"):
+            pack(tmp_path / f"{compression}.parquet", tmp_path / f"{compression}.fl", progress=False)
 
 
 def test_a_wrong_or_missing_column_is_named(made, tmp_path):
@@ -187,3 +213,52 @@ def test_the_cli_packs_a_table_with_its_columns_named(made, tmp_path, cli):
     assert ds.manifest.fields == {"caption": "str", "n": "int64"} and ds.record(4)["n"] == 28
     done = cli("pack", root / "t.parquet", "-o", tmp_path / "x.fl", "--image-column", "photo")
     assert done.rc == 2 and "no image column 'photo'" in done.err
+
+
+LAYOUTS = {  # how writers lay an image column out in an uncompressed Parquet file
+    "dictionary, pages v1": {}, "dictionary, pages v2": {"data_page_version": "2.0"},
+    "plain, pages v1": {"use_dictionary": False},
+    "plain, pages v2": {"use_dictionary": False, "data_page_version": "2.0"},
+    "plain, small pages": {"use_dictionary": False, "data_page_size": 2000},
+    "dictionary full, then plain": {"data_page_size": 500, "dictionary_pagesize_limit": 3000},
+}
+
+
+@pytest.mark.parametrize("kind", ["nullable", "required", "large_binary", "hf image", "one image repeated"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_uncompressed_parquet_images_are_found_where_they_lie_byte_for_byte(made, tmp_path, layout, kind):
+    rng = np.random.default_rng(len(layout) + len(kind))
+    images = [rng.bytes(int(n)) for n in rng.integers(0, 1500, 70)]
+    if kind == "one image repeated":
+        images = [images[0]] * 70
+    elif kind != "required":
+        for i in (0, 9, 10, 41):
+            images[i] = None
+    column = (pa.array(images, pa.large_binary()) if kind == "large_binary" else
+              pa.array([None if v is None else {"bytes": v, "path": None} for v in images],
+                       pa.struct([("bytes", pa.binary()), ("path", pa.string())])) if kind == "hf image" else
+              pa.array(images, pa.binary()))
+    schema = pa.schema([pa.field("jpg", column.type, nullable=kind != "required")])
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"jpg": column}, schema=schema), path, row_group_size=32, compression="none",
+                   **LAYOUTS[layout])
+    table = ParquetTable(path, "t.parquet")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        found = []
+        for k in range(len(table.starts) - 1):
+            starts, lengths = table.image_spans(k, "jpg", fd)
+            found += [None if a < 0 else os.pread(fd, int(n), int(a)) for a, n in zip(starts, lengths)]
+    finally:
+        os.close(fd)
+    assert found == images
+
+
+def test_a_compressed_chunk_is_read_through_pyarrow(made):
+    table = ParquetTable(made[0] / "t.parquet", "t.parquet")  # snappy, pyarrow's default
+    fd = os.open(table.path, os.O_RDONLY)
+    try:
+        with pytest.raises(Unsupported, match="compressed"):
+            table.image_spans(0, "jpg", fd)
+    finally:
+        os.close(fd)
