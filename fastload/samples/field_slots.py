@@ -1,9 +1,9 @@
 """The collate stage of cut masks: one batch tensor per field, each sample's mask cut into its slot.
 
-The decode threads cut a sample's mask (a ``"mask-rows"`` field through its crop) straight into
-its row of the batch's tensor, as they decode its image into the image batch: the batch's field is
-that tensor, with no per-sample tensor to allocate and no stack to copy them into. The tensor is
-made when the first mask of the batch knows its dtype (and so in shared memory in a worker).
+The decode threads cut a sample's mask (a ``"mask-rows"`` or ``"mask"`` field through its crop)
+straight into its row of the batch's tensor, as they decode its image into the image batch: the
+batch's field is that tensor, with no per-sample tensor to allocate and no stack to copy them
+into. The tensor is made when the batch's first mask knows its dtype (in shared memory in a worker).
 """
 
 from __future__ import annotations

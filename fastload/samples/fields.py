@@ -155,8 +155,8 @@ class SampleFields:
 
     def slots(self, indices: list[int], out_size: tuple[int, int]) -> FieldSlots | None:
         """Batch tensors for the cut masks of records ``indices`` (None: no field asked for is
-        a mask stored as rows)."""
-        if not any(self.types[name] == "mask-rows" for name in self.files):
+        a mask)."""
+        if not any(self.types[name] in ("mask", "mask-rows") for name in self.files):
             return None
         return FieldSlots(indices, out_size)
 

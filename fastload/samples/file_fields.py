@@ -36,13 +36,14 @@ from fastload.decode.transforms import CropPlan
 # a mask's values kept: 8-bit (and 1-bit, palette) modes as uint8, 16- and 32-bit integers as int32
 _MASK_DTYPES = {mode: np.int32 if mode.startswith("I") else np.float32 if mode == "F" else np.uint8
                 for mode in MASK_MODES}
+_TORCH_DTYPES = {np.uint8: torch.uint8, np.int32: torch.int32, np.float32: torch.float32}
 
 
 def decode_file_field(kind: str, data: bytes, plan: CropPlan | None, *, where: str, max_pixels: int,
                       out: Callable[[torch.dtype], torch.Tensor | None] | None = None) -> Any:
     """Record bytes of a file field of type ``kind`` as its value, moved by ``plan`` when given
     (give one only to a field the size of its image: the index has its width and height).
-    ``out(dtype)``: where a ``"mask-rows"`` field's cut goes (a slot of its batch's tensor; see
+    ``out(dtype)``: where a mask's cut goes (a slot of its batch's tensor; see
     :class:`fastload.samples.field_slots.FieldSlots`); other kinds make tensors of their own."""
     if kind == "file":
         return data
@@ -52,9 +53,9 @@ def decode_file_field(kind: str, data: bytes, plan: CropPlan | None, *, where: s
     if kind == "image":
         if plan is None:
             return decode_rgb(data, where=where, max_pixels=max_pixels)
-        out = np.empty((*plan.out_size, 3), dtype=np.uint8)
-        decode_crop(data, plan, out=out, where=where, max_pixels=max_pixels)
-        return torch.from_numpy(out).permute(2, 0, 1)
+        pixels = np.empty((*plan.out_size, 3), dtype=np.uint8)
+        decode_crop(data, plan, out=pixels, where=where, max_pixels=max_pixels)
+        return torch.from_numpy(pixels).permute(2, 0, 1)
     if kind == "mask-rows":
         return decode_mask_rows(data, plan, where=where, max_pixels=max_pixels, out=out)
     img = decode_as_stored(data, where=where, max_pixels=max_pixels)
@@ -68,6 +69,10 @@ def decode_file_field(kind: str, data: bytes, plan: CropPlan | None, *, where: s
         img = img.resize(plan.out_size[::-1], Image.Resampling.NEAREST, box=(left, top, left + width, top + height))
         if plan.flip:
             img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        target = out(_TORCH_DTYPES[dtype]) if out is not None else None
+        if target is not None and tuple(target.shape) == plan.out_size:
+            target.numpy()[...] = np.asarray(img, dtype=dtype)
+            return target
     return torch.from_numpy(np.array(img, dtype=dtype))
 
 

@@ -1,7 +1,7 @@
 """Masks cut straight into their batch (fastload.samples.field_slots): a batch's mask field is the
-tensor its samples' masks were cut into (each sample's mask a view of its row), uint8 and int32;
-a record met twice in a batch, a sample transform that replaces a mask, and a skipped record give
-the same batches as one sample at a time."""
+tensor its samples' masks were cut into (each sample's mask a view of its row), uint8 and int32,
+stored as rows or as PNG files; a record met twice in a batch, a sample transform that replaces
+a mask, and a skipped record give the same batches as one sample at a time."""
 
 from __future__ import annotations
 
@@ -33,11 +33,12 @@ def root(tmp_path_factory):
         rows.append({"path": f"{i}.png", "label": 0, "mask": f"{i}.m.png", "deep": f"{i}.d.png"})
     (root / "list.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     pack(root / "list.jsonl", root / "d.fl", file_columns=("mask", "deep"), progress=False)
+    pack(root / "list.jsonl", root / "png.fl", file_columns=("mask", "deep"), mask_storage="file", progress=False)
     return root
 
 
-def dataset(root, **kw):
-    return fastload.PackedDataset(root / "d.fl", image_size=SIZE, train=True, fields=FIELDS, **kw)
+def dataset(root, name="d.fl", **kw):
+    return fastload.PackedDataset(root / name, image_size=SIZE, train=True, fields=FIELDS, **kw)
 
 
 def alone(ds, keys):
@@ -45,8 +46,9 @@ def alone(ds, keys):
     return [ds[key] for key in keys]
 
 
-def test_a_batch_of_masks_is_the_tensor_they_were_cut_into(root):
-    ds = dataset(root)
+@pytest.mark.parametrize("name", ["d.fl", "png.fl"])  # masks stored as rows, as PNG files
+def test_a_batch_of_masks_is_the_tensor_they_were_cut_into(root, name):
+    ds = dataset(root, name)
     keys = [(i, 0, 9) for i in range(N)]
     batch = ds.__getitems__(keys)
     for name, dtype in (("mask", torch.uint8), ("deep", torch.int32)):
