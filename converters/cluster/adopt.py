@@ -56,7 +56,7 @@ def adopt(folder: Path, work: Path, parts: list[TaskPart | None], settings: Sink
     fsync_dir(folder)  # the shards' names are durable before the manifest names them
     write_manifest(folder, manifest)
     shutil.rmtree(folder / PACK_STATE_DIR, ignore_errors=True)  # every task's datasets, retried ones' too: no orphan
-    return finished_report(folder, manifest, skipped, report_path)
+    return finished_report(folder, manifest, written, skipped, report_path)
 
 
 def ordered_parts(where: str, parts: list[TaskPart | None]) -> tuple[list[TaskPart], list[Skip]]:
@@ -125,10 +125,13 @@ def pack_manifest(manifests: list[Manifest], shards: list[ShardInfo], index: dic
                             "images": sum(m.packed.get("encoded", {}).get("images", 0) for m in manifests)}})
 
 
-def finished_report(out: Path, manifest: Manifest, skipped: list[Skip], report_path: Path | None) -> PackReport:
+def finished_report(out: Path, manifest: Manifest, written: list[TaskPart], skipped: list[Skip],
+                    report_path: Path | None) -> PackReport:
+    """The pack's report; ``resumed_shards``: the shards of tasks' datasets a run before had finished."""
     return PackReport(out=out, storage=manifest.storage, num_records=manifest.num_records,
                       total_bytes=manifest.total_bytes, num_shards=len(manifest.shards), skipped=len(skipped),
-                      skipped_files=skipped, skipped_report=report_path)
+                      skipped_files=skipped, skipped_report=report_path,
+                      resumed_shards=sum(p.reused_shards for p in written))
 
 
 def _link(source: Path, target: Path) -> None:

@@ -41,7 +41,6 @@ from fastload.converters.packing.report import PackReport, write_skipped_report
 from fastload.config import cache_dir
 from fastload.errors import FastloadError, PackError
 from fastload.format import MANIFEST_NAME, SKIPPED_REPORT_NAME, Manifest
-from fastload.format.files import ensure_dir
 from fastload.format.layout import STORE_LEASE_NAME
 from fastload.format.manifest import MAX_MANIFEST_BYTES, parse_manifest
 from fastload.storage.remote import RemoteObject, RemoteStore
@@ -59,7 +58,7 @@ def adopt_in_store(store: RemoteStore, generation: str, parts: list[TaskPart | N
     old, _ = _published(store, objects)
     ours = _fastloads(store, objects, old, lease.generations)
     prefix = generation + "/"
-    ensure_dir(Path(cache_dir(None)) / "packs")
+    (Path(cache_dir(None)) / "packs").mkdir(parents=True, exist_ok=True)
     local = Path(tempfile.mkdtemp(prefix="fastload-ray-finalize-", dir=Path(cache_dir(None)) / "packs"))
     try:
         work = local / "parts"
@@ -83,7 +82,7 @@ def adopt_in_store(store: RemoteStore, generation: str, parts: list[TaskPart | N
         store.remove([name for name in ours if name not in keep])
     finally:
         shutil.rmtree(local, ignore_errors=True)
-    report = finished_report(Path(store.url), manifest, skipped, None)
+    report = finished_report(Path(store.url), manifest, written, skipped, None)
     report.out = store.url  # type: ignore[assignment]
     if report_path is not None:
         report.skipped_report = store.display(prefix + SKIPPED_REPORT_NAME)  # type: ignore[assignment]
@@ -105,7 +104,7 @@ def _fetch_part(store: RemoteStore, prefix: str, folder: Path, objects: dict[str
         if there is None or there.size != shard.bytes or there.etag != shard.etag:
             raise PackError(f"{store.display(prefix + '/' + shard.file)}: is not the shard its write task uploaded "
                             "(missing or replaced since); run the same pack again: that part is written again")
-    ensure_dir(folder / "index")
+    (folder / "index").mkdir(parents=True, exist_ok=True)
     for entry in manifest.index.values():
         size = objects[f"{prefix}/{entry.file}"].size if f"{prefix}/{entry.file}" in objects else 2**40
         (folder / entry.file).write_bytes(store.read_file(f"{prefix}/{entry.file}", size))

@@ -14,11 +14,10 @@ import dataclasses
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-
-from fastload.converters.cluster.task_shards import SinkSettings, write_part
 
 from fastload.errors import FastloadError, ManifestError, PackError
 from fastload.format import MANIFEST_NAME, SKIPPED_REPORT_NAME, Manifest, read_manifest
@@ -30,25 +29,23 @@ UPLOADS_IN_FLIGHT = 8
 _MAX_REPORT_BYTES = 2**30
 
 
-def part_store(settings: SinkSettings, digest: str) -> RemoteStore:
-    """The store folder of the task part named ``digest``."""
-    return RemoteStore(f"{settings.work}/{digest}", settings.storage_options)
-
-
-def write_part_to_store(samples: list[dict[str, Any]], settings: SinkSettings, digest: str,
-                        classes: tuple[str, ...] | None) -> tuple[int, list[tuple[str, str]]]:
-    """Write ``samples`` as the part ``digest`` in the store (or find it finished there): its record
-    count (0: every sample skipped, nothing uploaded) and its skips."""
-    store = part_store(settings, digest)
+def write_part_to_store(url: str, storage_options: dict[str, Any] | None,
+                        write_local: Callable[[Path], tuple[int, list[tuple[str, str]], int]]
+                        ) -> tuple[int, list[tuple[str, str]], int]:
+    """Make the part at ``url`` (the work folder's ``<digest>``) with ``write_local`` (which writes
+    the task's dataset in the local folder it is given), or find it finished there: its record count
+    (0: every sample skipped, nothing uploaded), its skips and its shards found finished."""
+    store = RemoteStore(url, storage_options)
     done = finished_part(store)
     if done is not None:
-        return done.num_records, part_skips(store, done)
+        return done.num_records, part_skips(store, done), len(done.shards)
     local = Path(tempfile.mkdtemp(prefix="fastload-ray-part-"))
+    digest = url.rstrip("/").rsplit("/", 1)[-1]
     try:
-        records, skipped = write_part(local / digest, samples, settings, classes)
+        records, skipped, _ = write_local(local / digest)
         if records:
             upload_part(local / digest, store)
-        return records, skipped
+        return records, skipped, 0
     finally:
         shutil.rmtree(local, ignore_errors=True)
 

@@ -64,6 +64,7 @@ class TaskPart:
     last_key: str | int
     records: int
     skipped: list[tuple[str, str]]  # (key, reason) of each row left out (on_error="skip")
+    reused_shards: int = 0  # shards of a dataset found finished (by a run before), not written again
 
 
 def write_rows(rows: Iterable[Mapping[str, Any]], settings: SinkSettings) -> TaskPart | None:
@@ -85,19 +86,20 @@ def write_rows(rows: Iterable[Mapping[str, Any]], settings: SinkSettings) -> Tas
     if settings.in_store:
         from fastload.converters.cluster.store_parts import write_part_to_store
 
-        records, skipped = write_part_to_store(samples, settings, digest, classes)
+        records, skipped, reused = write_part_to_store(f"{settings.work}/{digest}", settings.storage_options,
+                                                       lambda local: write_part(local, samples, settings, classes))
     else:
-        records, skipped = write_part(Path(settings.work) / digest, samples, settings, classes)
-    return TaskPart(digest if records else None, first, last, records, skipped)
+        records, skipped, reused = write_part(Path(settings.work) / digest, samples, settings, classes)
+    return TaskPart(digest if records else None, first, last, records, skipped, reused)
 
 
 def write_part(folder: Path, samples: list[dict[str, Any]], settings: SinkSettings,
-               classes: tuple[str, ...] | None) -> tuple[int, list[tuple[str, str]]]:
+               classes: tuple[str, ...] | None) -> tuple[int, list[tuple[str, str]], int]:
     """Write ``samples`` as a dataset at ``folder`` (or find it finished there by a run before):
-    its record count (0: every sample skipped, no dataset) and its skips."""
+    its record count (0: every sample skipped, no dataset), its skips and its shards found finished."""
     done = _finished(folder)
     if done is not None:
-        return done.num_records, _skips(folder)
+        return done.num_records, _skips(folder), len(done.shards)
     writer = Writer(folder, overwrite=True, fields=settings.types, classes=list(classes) if classes else None,
                     workers=1, **settings.writer)
     try:
@@ -108,12 +110,12 @@ def write_part(folder: Path, samples: list[dict[str, Any]], settings: SinkSettin
         if writer.items:
             raise
         # every row skipped (on_error="skip"): no dataset from this task, its skips still told
-        return 0, [(s.rel, s.reason) for s in writer.skipped]
+        return 0, [(s.rel, s.reason) for s in writer.skipped], 0
     except BaseException:
         if writer.open:
             writer.abort()
         raise
-    return report.num_records, [(s.rel, s.reason) for s in report.skipped_files]
+    return report.num_records, [(s.rel, s.reason) for s in report.skipped_files], 0
 
 
 def _key(row: Mapping[str, Any], column: str) -> str:

@@ -12,7 +12,6 @@ import json
 import tarfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,21 +33,6 @@ from fastload.errors import PackError
 from fastload.format import INDEX_DIR, MANIFEST_NAME, PACK_STATE_DIR
 
 IMAGES = 48
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    """Two Ray nodes of one CPU each (the head and a worker), on this machine, for the module."""
-    made = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    made.add_node(num_cpus=1)
-    made.wait_for_nodes()
-    ray.init(address=made.address, log_to_driver=False)
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    try:
-        yield made
-    finally:
-        ray.shutdown()
-        made.shutdown()
 
 
 @pytest.fixture(scope="module")
