@@ -32,12 +32,14 @@ class RawReads:
     many reads in flight would (``threads=1``: the whole batch to ``read_many``, for a reader that
     keeps its own requests in flight), the next batch's reads queued behind them; a new iteration
     is a new shuffle. ``subset``: read only the first ``subset`` records of the first iteration's
-    order (what an earlier run of the same seed read), reshuffled each iteration.
+    order (what an earlier run of the same seed read), reshuffled each iteration. ``epochs``: at
+    most this many iterations, later ones are empty (a cold first pass is never timed again warm).
     """
 
     def __init__(self, read_many: Callable[[list[int]], list[bytes]], count: int, batch_size: int,
-                 threads: int = READS_IN_FLIGHT, seed: int = 0, subset: int | None = None) -> None:
-        self.read_many, self.batch_size = read_many, batch_size
+                 threads: int = READS_IN_FLIGHT, seed: int = 0, subset: int | None = None,
+                 epochs: int | None = None) -> None:
+        self.read_many, self.batch_size, self.epochs = read_many, batch_size, epochs
         self.threads, self.seed, self.epoch = threads, seed, 0
         self.records = np.random.default_rng([seed, 0]).permutation(count)[:subset] if subset else None
         self.count = count if self.records is None else len(self.records)
@@ -46,6 +48,8 @@ class RawReads:
         return -(-self.count // self.batch_size)
 
     def __iter__(self) -> Iterator[torch.Tensor]:
+        if self.epochs is not None and self.epoch >= self.epochs:
+            return
         rng = np.random.default_rng([self.seed, self.epoch])
         order = rng.permutation(self.count) if self.records is None else rng.permutation(self.records)
         self.epoch += 1

@@ -118,7 +118,7 @@ def store_rows(url: str, storage_options: dict[str, Any] | None, cache_dir: str,
 
     def cold_reads() -> RawReads:
         ds = dataset(True)
-        return RawReads(_counting(ds.reader.read_many, epoch1), len(ds), batch_size, threads=1)
+        return RawReads(_counting(ds.reader.read_many, epoch1), len(ds), batch_size, threads=1, epochs=1)
 
     def warm_reads() -> RawReads:
         ds = dataset(True)
@@ -135,7 +135,7 @@ def store_rows(url: str, storage_options: dict[str, Any] | None, cache_dir: str,
                                      threads=1),
                     f"{reads}, each record's own byte range, checksums verified", batch_bytes=raw_batch_bytes),
             RunSpec(f"raw reads: fastload {storage}, store, cache epoch 1", "raw", storage, cold_reads,
-                    f"{reads}, 4 MiB pieces kept in an empty node cache", batch_bytes=raw_batch_bytes,
+                    f"{reads}, 4 MiB pieces kept in an empty node cache, one pass", batch_bytes=raw_batch_bytes,
                     prepare=empty_cache),
             RunSpec(f"raw reads: fastload {storage}, store, cache epoch 2", "raw", storage, warm_reads,
                     "the records epoch 1 fetched, reshuffled, from the node cache", batch_bytes=raw_batch_bytes),

@@ -152,3 +152,14 @@ def test_paired_ratios_are_the_median_of_each_repeats_own_ratio():
     assert fast.median == 200.0 and (fast.min, fast.max) == (20.0, 220.0)
     assert paired_ratio(fast, slow) == pytest.approx(2.0)
     assert paired_ratio(fast, slow, "mb_per_s") == pytest.approx(2.0)
+
+
+def test_a_raw_read_row_of_one_epoch_is_timed_over_that_pass_only():
+    from fastload.benchmark.contenders import RawReads, raw_batch_bytes
+
+    reads = RawReads(lambda indices: [bytes(i) for i in indices], 40, 4, threads=1, epochs=1)
+    row = RunSpec("cold", "raw", "lmdb", lambda: reads, batch_bytes=raw_batch_bytes)
+    result = timed_run(row, Limits(duration=30.0, warmup=2))
+    # 10 batches, 2 of them warm-up: the run ends with the pass, never reading it again (warm)
+    assert result.status == "ok" and result.samples == 32
+    assert list(reads) == [] and reads.epoch == 1
