@@ -1,7 +1,8 @@
 /* A crop of a mask stored as rows, cut from its runs with no row expanded whole: the positions
  * are Pillow's nearest-neighbour positions (as fastload/decode/masks.py computes them, to the
- * bit), and each output row is found by walking the stored runs once, left to right. Below the
- * cut, its Python function (arguments parsed, the GIL released around the cut). */
+ * bit); each source row the crop shows is read once, each of its runs filling the output columns
+ * that show it, and an output row that shows the same source row as the one above is a copy of
+ * it. Below the cut, its Python function (arguments parsed, the GIL released around the cut). */
 #include "mask_rows.h"
 
 #include <stdlib.h>

@@ -100,8 +100,8 @@ class SampleFields:
                slots: FieldSlots | None = None) -> dict[str, Any]:
         """Record ``i``'s stored fields other than image and label, file fields read (``reads``:
         a file field's batch, fetched already) and decoded; with a crop ``plan``, the file fields
-        of the image's size cut as its pixels are (masks stored as rows into their batch's
-        ``slots``), and the ``boxes`` moved (clipped, mirrored; those left without area dropped
+        of the image's size cut as its pixels are (masks into their batch's ``slots``), and the
+        ``boxes`` moved (clipped, mirrored; those left without area dropped
         with their rows of ``box_fields``). ``where`` names the record in errors."""
         values = {name: self.value(name, i) for name in self.names
                   if name not in ("image", "label") and name not in self.files}
