@@ -30,8 +30,8 @@ class PackSink(Datasink[TaskPart | None]):
 
     Each write task sorts its rows by ``key`` and writes them as whole shards with the Writer's
     checks and encodings (``fastload.Writer``); the driver then links the shards into ``out`` in key
-    order, joins the index columns and writes the manifest, last. ``report`` holds the
-    ``PackReport`` once the write is done.
+    order (in a store: has the store copy them), joins the index columns and writes the manifest,
+    last. ``report`` holds the ``PackReport`` once the write is done.
 
     Args:
         out: The dataset folder, on a file system every node of the cluster sees, or a store URL

@@ -6,7 +6,8 @@ label and fields, in key order), never by a task id: a task Ray re-runs (a node 
 same folder again, and a pack re-run after its driver was killed finds the folders already
 finished (their manifest written, last, by the Writer) and reuses them without encoding anything.
 What goes back to the driver is small (``TaskPart``: a folder name, a key range, the skips), never
-image bytes; the index columns stay on disk in the task's folder.
+image bytes; the index columns stay on disk in the task's folder (or, when OUT is a store URL, in
+the task's part in the store: converters.cluster.store_parts).
 """
 
 from __future__ import annotations
