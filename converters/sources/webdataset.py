@@ -17,11 +17,12 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from fastload.converters.sources.file_fields import field_type
 from fastload.converters.sources.file_lists import typed_field
@@ -33,7 +34,15 @@ from fastload.converters.sources.items import (
     SourceListing,
     check_field_names,
 )
-from fastload.converters.sources.tar_headers import NotATar, TarDamaged, walk_mapped, walk_stream
+from fastload.converters.sources.tar_headers import (
+    FOLDER_KIND,
+    REGULAR_KINDS,
+    NotATar,
+    TarDamaged,
+    TarWalk,
+    walk_file,
+    walk_stream,
+)
 from fastload.converters.sources.tars import TarMembers, tar_paths
 
 from fastload.errors import SourceError
@@ -62,16 +71,14 @@ class TarObject:
     mtime_ns: int
     stamp: tuple[int, int]
     open: Callable[[], IO[bytes]]
-    local: bool = False  # a file on this machine: its headers are walked through a memory map
+    local: bool = False  # a file on this machine: its headers are read with pread (tar_headers.walk_file)
 
 
-@dataclass
-class _Member:
-    tar: TarObject
+class _Member(NamedTuple):
     name: str
     offset: int
     size: int
-    text: bytes | None = None  # a text member's bytes, read with the headers
+    text: bytes | None  # a text member's bytes (within _MAX_TEXT_BYTES), read with the headers
 
 
 Groups = list[tuple[str, dict[str, _Member]]]
@@ -126,12 +133,10 @@ def list_tar_objects(src: object, root: object, tars: list[TarObject], reader: M
     field_names = {ext: rename.get(ext, ext) for ext in exts if ext not in ("cls", "json")}
     taken = (*RESERVED_FIELD_NAMES, *field_names.values())
     rows: list[tuple[str, dict[str, Any]]] = []
-    labels: list[int] = []
     for tar, key, members in groups:
         rel = f"{tar.name}/{key}.{image}"
         try:
-            item, row, label = _sample(tar, key, members, image, exts, payloads, field_names, taken,
-                                       max_file_size)
+            item, row = _sample(tar, key, members, image, exts, payloads, field_names, taken, max_file_size)
         except SourceError as exc:
             if on_error != "skip":
                 raise SourceError(f"{tar.path}: sample {key!r}: {exc}; fix the tar, or pass --on-error skip") from None
@@ -139,11 +144,9 @@ def list_tar_objects(src: object, root: object, tars: list[TarObject], reader: M
             continue
         listing.items.append(item)
         rows.append((rel, row))
-        labels.append(label)
     if not listing.items:
         raise SourceError(f"{src}: every sample was skipped (first: {listing.skipped[0].rel}: "
                           f"{listing.skipped[0].reason})")
-    listing.items = [replace(item, label=label) for item, label in zip(listing.items, labels)]
     for name in sorted({key for _, row in rows for key in row}):
         listing.fields[name], listing.field_values[name] = typed_field(root, rows, name)
     for column, ext in enumerate(payloads):
@@ -158,50 +161,54 @@ def _walk(tar: TarObject) -> tuple[Groups, Counter[str], _DamagedTar | None]:
     left out, by why; the damage that ended the walk (the groups before it are kept)."""
     groups: Groups = []
     ignored: Counter[str] = Counter()
-    run: list[Any] = [None, {}]  # the key being grouped, and its members
-
-    def add(name: str, offset: int, size: int, regular: bool, folder: bool, text: Callable[[], bytes]) -> None:
-        if folder:
-            return
-        if not regular:
-            ignored["(link or device in a tar)"] += 1
-            return
-        found = _KEY.match(name)
-        if found is None:
-            ignored["(tar member without an extension)"] += 1
-            return
-        key, ext = found.group(1), found.group(2).lower()
-        if key != run[0]:
-            if run[0] is not None:
-                groups.append((run[0], run[1]))
-            run[:] = [key, {}]
-        if ext in run[1]:
-            raise SourceError(f"{tar.path}: sample {key!r} has two .{ext} members; one sample has one of each")
-        member = run[1][ext] = _Member(tar, name, offset, size)
-        if ext in _TEXT_EXTS and size <= _MAX_TEXT_BYTES:  # read with the headers, from the same pages
-            member.text = text()
-
+    key_now: str | None = None  # the key being grouped, and its members
+    members: dict[str, _Member] = {}
     try:
-        if tar.local and tar.size > 0:
-            walk_mapped(tar.path, add)
-        else:
-            with tar.open() as f:
-                walk_stream(f, tar.size, add)
+        with _walk_of(tar) as walk:
+            for name, offset, size, kind in walk:
+                if kind not in REGULAR_KINDS:
+                    if kind != FOLDER_KIND:
+                        ignored["(link or device in a tar)"] += 1
+                    continue
+                found = _KEY.match(name)
+                if found is None:
+                    ignored["(tar member without an extension)"] += 1
+                    continue
+                key, ext = found.group(1), found.group(2).lower()
+                if key != key_now:
+                    if key_now is not None:
+                        groups.append((key_now, members))
+                    key_now, members = key, {}
+                if ext in members:
+                    raise SourceError(f"{tar.path}: sample {key!r} has two .{ext} members; one sample has one of each")
+                # a text member is read with the headers, from the bytes read with its header
+                text = walk.read(offset, size) if ext in _TEXT_EXTS and size <= _MAX_TEXT_BYTES else None
+                members[ext] = _Member(name, offset, size, text)
     except NotATar as exc:
         raise SourceError(f"{tar.path}: not an uncompressed tar file ({exc}); WebDataset shards are read in "
                           "place, so a .tar.gz must be unpacked to a .tar first") from None
     except TarDamaged as exc:  # the sample being grouped when the damage came is part of what is lost
         where = f"{tar.name}/{exc.name}" if exc.name else f"{tar.name}@{exc.offset}"
         return groups, ignored, _DamagedTar(where, f"{exc.reason}; nothing after it can be read")
-    if run[0] is not None:
-        groups.append((run[0], run[1]))
+    if key_now is not None:
+        groups.append((key_now, members))
     return groups, ignored, None
+
+
+@contextmanager
+def _walk_of(tar: TarObject) -> Iterator[TarWalk]:
+    if tar.local:
+        with walk_file(tar.path) as walk:
+            yield walk
+    else:
+        with tar.open() as f:
+            yield walk_stream(f, tar.size)
 
 
 def _sample(tar: TarObject, key: str, members: dict[str, _Member], image: str, exts: list[str],
             payloads: list[str], field_names: dict[str, str], taken: tuple[str, ...],
-            max_file_size: int | None) -> tuple[SourceItem, dict[str, Any], int]:
-    """One group as an item (its image and file fields located in the tar), its text fields, its label."""
+            max_file_size: int | None) -> tuple[SourceItem, dict[str, Any]]:
+    """One group as an item (its image and file fields located in the tar, its label), its text fields."""
     missing = [f".{e}" for e in (image, *exts) if e not in members]
     if missing:
         raise SourceError(f"no {', '.join(missing)} member, though other samples have one")
@@ -229,9 +236,9 @@ def _sample(tar: TarObject, key: str, members: dict[str, _Member], image: str, e
     files = tuple(SourceFile(tar.path, f"{tar.name}/{members[e].name}", members[e].size, tar.mtime_ns, tar.stamp,
                              offset=members[e].offset) for e in payloads)
     main = members[image]
-    item = SourceItem(tar.path, f"{tar.name}/{main.name}", -1, main.size, tar.mtime_ns, files, tar.stamp,
+    item = SourceItem(tar.path, f"{tar.name}/{main.name}", label, main.size, tar.mtime_ns, files, tar.stamp,
                       offset=main.offset)
-    return item, row, label
+    return item, row
 
 
 def _text(member: _Member) -> str:

@@ -188,9 +188,9 @@ def test_a_brace_list_the_shell_expanded_is_named_with_how_to_quote_it(made, cli
 
 @pytest.mark.parametrize("form", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT])
 def test_the_header_walk_finds_what_tarfile_finds_and_names_a_damaged_header(tmp_path, form):
-    """Local tars are walked through a memory map by our own header reader (2.6x tarfile's speed):
-    long names (GNU L, pax path, ustar prefix) and sizes as tarfile reads them; a bad checksum
-    mid-tar is damage, not the quiet end tarfile makes of it."""
+    """Tars are walked by our own header reader (6x tarfile's speed): long names (GNU L, pax path,
+    ustar prefix) and sizes as tarfile reads them; a bad checksum mid-tar is damage, not the quiet
+    end tarfile makes of it."""
     from fastload.converters.sources.tar_headers import TarDamaged, tar_entries
 
     names = ["a/" * 60 + "x.jpg", "b.cls", "c.txt"] + (["é" * 120 + ".json"] if form != tarfile.USTAR_FORMAT else [])
@@ -199,10 +199,52 @@ def test_the_header_walk_finds_what_tarfile_finds_and_names_a_damaged_header(tmp
         for k, name in enumerate(names):
             _add(archive, name, bytes(range(k + 3)))
     data = path.read_bytes()
-    assert [(e.name, e.offset, e.size) for e in tar_entries(data)] == \
-        [(m.name, m.offset_data, m.size) for m in tarfile.open(path)]
+    with tarfile.open(path) as archive:
+        found = archive.getmembers()
+    assert [(e.name, e.offset, e.size) for e in tar_entries(data)] == [(m.name, m.offset_data, m.size) for m in found]
     damaged = bytearray(data)
-    second = [m.offset for m in tarfile.open(path)][1]
+    second = found[1].offset
     damaged[second + 10] ^= 0xFF  # a name byte of the second header: its checksum no longer holds
     with pytest.raises(TarDamaged, match=f"a damaged header at byte {second}"):
         list(tar_entries(bytes(damaged)))
+
+
+def _reheader(data: bytearray, at: int, size_field: bytes, checksum_format: str, signed: bool = False) -> None:
+    """Rewrite the header at ``at`` with another spelling of its size and checksum, as other writers spell them."""
+    data[at + 124:at + 136] = size_field
+    data[at + 148:at + 156] = b" " * 8
+    header = data[at:at + 512]
+    checksum = sum(b - 256 if signed and b > 127 else b for b in header)
+    field = (checksum_format % checksum).encode().ljust(8, b"\0")
+    assert len(size_field) == 12 and len(field) == 8
+    data[at + 148:at + 156] = field
+
+
+def test_the_header_walk_reads_other_spellings_of_sizes_and_checksums_and_members_past_its_reads(tmp_path):
+    """Sizes NUL-padded, space-padded, in all 12 digits or in base-256; checksums in 7 digits or
+    summed as signed bytes (old tars); a text member longer than what is read with its header."""
+    from fastload.converters.sources.tar_headers import CHUNK, tar_entries, walk_file
+
+    big = json.dumps({"text": "x" * (3 * CHUNK)}).encode()
+    path = tmp_path / "t.tar"
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as archive:
+        for name, payload in (("a.jpg", b"j" * 700), ("a.cls", b"3"), ("a.json", big), ("c.cls", b"1"),
+                              ("b.jpg", b"k" * 1300)):
+            _add(archive, name, payload)
+    with tarfile.open(path) as archive:
+        found = archive.getmembers()
+    expected = [(m.name, m.offset_data, m.size) for m in found]
+    data = bytearray(path.read_bytes())
+    headers = [m.offset for m in found]
+    _reheader(data, headers[0], b"1274\0\0\0\0\0\0\0\0", "%07o\0")
+    _reheader(data, headers[1], b"          1 ", "%06o\0 ")
+    _reheader(data, headers[2], b"%012o" % len(big), "%o")  # NUL-padded
+    data[headers[3] + 265] = 0xE9  # a byte over 127 (in the owner's name): an old writer summed it as -23
+    _reheader(data, headers[3], b"00000000001\0", "%06o\0 ", signed=True)
+    _reheader(data, headers[4], b"\x80" + (1300).to_bytes(11, "big"), "%06o\0 ")
+    assert [(e.name, e.offset, e.size) for e in tar_entries(bytes(data))] == expected
+    path.write_bytes(bytes(data))
+    with walk_file(path) as walk:
+        entries = list(walk)
+        assert [(e.name, e.offset, e.size) for e in entries] == expected
+        assert walk.read(entries[2].offset, entries[2].size) == big
