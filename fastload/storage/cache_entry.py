@@ -14,6 +14,7 @@ from typing import Protocol
 from fastload.errors import FastloadError
 from fastload.storage.cache_claims import Claim, claim_piece, wait_for_piece
 from fastload.storage.cache_entry_files import BLOCK, _Files, _map_len, _present, _touch
+from fastload.storage.cache_span import SpanWriter
 
 TOUCH_EVERY = 60.0
 """Seconds between two checks by one process's reads that an entry is still the cache's (and is used)."""
@@ -125,6 +126,18 @@ class CacheEntry:
         first = offset // BLOCK
         files.map[first:-(-end // BLOCK)] = b"\x01" * (-(-end // BLOCK) - first)  # only now: data is there
         return True
+
+    def span_writer(self, offset: int, length: int) -> SpanWriter | None:
+        """A writer that fills ``offset .. offset + length`` (a span ``missing()`` returned) as a body
+        arrives; None when the entry cannot keep bytes (not admitted, or evicted with no room back)."""
+        files = self._current()
+        try:
+            if files.fd >= 0 and os.fstat(files.fd).st_nlink == 0:
+                files = self._reattach(files)  # evicted by another process: writing there would leak disk
+        except OSError as exc:
+            self._lose(files, "write to a cached shard", exc)
+            return None
+        return SpanWriter(self, files, offset, length) if files.fd >= 0 else None
 
     def claim(self, piece: int) -> Claim | None:
         """Claim piece number ``piece`` (any fixed unit of the caller's) for fetching: None when

@@ -1,4 +1,5 @@
-"""An object-store folder through fsspec: stat, bounded whole reads, many ranged reads in flight, uploads."""
+"""An object-store folder: stat, bounded whole reads, many ranged reads in flight (into memory or
+streamed into files), listings, uploads, conditional publishes; retried, through a client of its choice."""
 
 from __future__ import annotations
 
@@ -6,14 +7,13 @@ import copy
 import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from fastload.errors import MissingDependencyError
-from fastload.optional import extra_hint
-from fastload.storage.location import SCHEME_PACKAGES, join, scheme_of
-from fastload.storage.ranged_get import Get, get_ranges
+from fastload.storage.client import ClientName, Get, Sink, StoreClient
+from fastload.storage.client_choice import make_client
+from fastload.storage.client_fsspec import FsspecClient
+from fastload.storage.location import join, scheme_of
 from fastload.storage.retry import RetryPolicy, ShortRead
 
 MAX_IN_FLIGHT = 64
@@ -82,53 +82,53 @@ def _merge(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
 class RemoteStore:
     """The folder ``url`` in an object store; names are relative to it (``manifest.json``).
 
-    The fsspec filesystem is made in the process that uses it (re-made after a fork, never
-    pickled), so a store can go to DataLoader workers like a shard reader.
+    Its client (see fastload.storage.client: obstore or fsspec, ``client`` or FASTLOAD_STORE_CLIENT)
+    is made in the process that uses it (re-made after a fork, never pickled), so a store can go to
+    DataLoader workers like a shard reader.
     """
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *,
-                 retry: RetryPolicy = DEFAULT_RETRY, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+                 retry: RetryPolicy = DEFAULT_RETRY, max_in_flight: int = MAX_IN_FLIGHT,
+                 client: ClientName | None = None) -> None:
         self.url = url.rstrip("/")
         self.scheme = scheme_of(url)
         given = dict(storage_options or {})
         self.options = _merge(_s3_defaults(), given) if self.scheme in ("s3", "s3a") else given
         self.retry = retry
         self.max_in_flight = max_in_flight
-        self._fs: Any = None
+        self.choice = client
+        self._client: StoreClient | None = None
+        self._fsspec: FsspecClient | None = None
         self._pid = -1
         self._lock = ProcessLock()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_fs"], state["_pid"] = None, -1
+        state["_client"], state["_fsspec"], state["_pid"] = None, None, -1
         return state
 
     @property
-    def fs(self) -> Any:
-        """This process's fsspec filesystem for the store."""
+    def client(self) -> StoreClient:
+        """This process's client for the store."""
         if self._pid != os.getpid():
             with self._lock:
                 if self._pid != os.getpid():
-                    self._fs = self._make_filesystem()
+                    self._client, self._fsspec = make_client(self.url, self.scheme, self.options,
+                                                             self.max_in_flight, self.choice), None
                     self._pid = os.getpid()
-        return self._fs
+        return self._client  # type: ignore[return-value]
 
-    def _make_filesystem(self) -> Any:
-        package = SCHEME_PACKAGES.get(self.scheme, "fsspec")
-        try:
-            import fsspec
-
-            # A private instance: fsspec shares instances made with equal options, and this one's
-            # retry setting must not change a filesystem the user's own code holds.
-            fs = fsspec.filesystem(self.scheme, skip_instance_cache=True, **self.options)
-        except ImportError as exc:
-            raise MissingDependencyError(
-                f"{self.url}: reading {self.scheme}:// needs the {package} package ({exc}); install it: "
-                f"pip install {package}" + (f" (or {extra_hint('remote')})" if package == "s3fs" else "")
-            ) from exc
-        if self.scheme in ("s3", "s3a"):
-            fs.retries = 1  # s3fs's own retry loop (no jitter, unbounded by us) off: see RetryPolicy
-        return fs
+    @property
+    def fs(self) -> Any:
+        """This process's fsspec filesystem for the store, whichever client reads it (for callers that
+        need fsspec itself)."""
+        client = self.client
+        if isinstance(client, FsspecClient):
+            return client.fs
+        with self._lock:
+            if self._fsspec is None:
+                self._fsspec = FsspecClient(self.url, self.scheme, self.options, self.max_in_flight)
+        return self._fsspec.fs
 
     def path(self, name: str = "") -> str:
         """The fsspec path of ``name`` (its URL without the scheme for stores that strip it)."""
@@ -140,12 +140,8 @@ class RemoteStore:
 
     def stat(self, name: str) -> RemoteObject:
         """Size and version tag of ``name``; a missing object raises RemoteNotFound."""
-        info = self.retry.call(lambda: self.fs.info(self.path(name), refresh=True)
-                               if self.scheme in ("s3", "s3a") else self.fs.info(self.path(name)),
-                               lambda: self.display(name))
-        if info.get("type") == "directory":
-            raise IsADirectoryError(f"{self.display(name)}: is a prefix (folder), not an object")
-        return RemoteObject(size=int(info.get("size") or 0), etag=_etag(info))
+        size, etag = self.retry.call(lambda: self.client.stat(name), lambda: self.display(name))
+        return RemoteObject(size=size, etag=etag)
 
     def read_file(self, name: str, limit: int) -> bytes:
         """All of ``name``'s bytes, refused (OSError EFBIG) when it holds more than ``limit``."""
@@ -154,7 +150,7 @@ class RemoteStore:
         # One GET of at most limit + 1 bytes: bounded without a HEAD first (a body cut short is an
         # error of the client, retried; the manifest parse and the index digests check the rest).
         def once() -> bytes:
-            body = self._get([(self.path(name), 0, limit + 1)])[0]
+            body = self.client.get([(name, 0, limit + 1)])[0]
             if isinstance(body, BaseException):
                 raise body
             return body
@@ -178,15 +174,36 @@ class RemoteStore:
                 out[k] = body if whole else bytes(view[offset - start:offset - start + length])
         return out
 
-    def _fetch_spans(self, spans: list[tuple[str, int, int]]) -> list[bytes]:
+    def read_into(self, ranges: Sequence[Range], sinks: Sequence[Sink]) -> None:
+        """Every ``(name, start, length)`` written into its sink as its body arrives (no second copy
+        of the bytes in memory), all in flight, retried like ``read_ranges`` (a retried sink is
+        restarted first); a sink is complete only when this returns."""
+        spans: list[Get] = [(name, start, start + length) for name, start, length in ranges]
+        counters = [_Counted(sink) for sink in sinks]
+
+        def once(which: list[int]) -> dict[int, BaseException]:
+            for k in which:
+                counters[k].restart()
+            got = self.client.get_into([spans[k] for k in which], [counters[k] for k in which])
+            failures: dict[int, BaseException] = {}
+            for k, exc in zip(which, got):
+                want = spans[k][2] - spans[k][1]
+                if exc is not None:
+                    failures[k] = exc
+                elif counters[k].written != want:
+                    failures[k] = ShortRead(f"the body held {counters[k].written} of {want} bytes")
+            return failures
+        self.retry.call_each(once, len(spans),
+                             lambda k: f"{self.display(spans[k][0])} bytes {spans[k][1]}-{spans[k][2] - 1}")
+
+    def _fetch_spans(self, spans: list[Get]) -> list[bytes]:
         results: list[bytes | None] = [None] * len(spans)
         self.retry.call_each(lambda pending: self._fetch_once(spans, pending, results), len(spans),
                              lambda k: f"{self.display(spans[k][0])} bytes {spans[k][1]}-{spans[k][2] - 1}")
         return results  # type: ignore[return-value]
 
-    def _fetch_once(self, spans: list[tuple[str, int, int]], which: list[int],
-                    results: list[bytes | None]) -> dict[int, BaseException]:
-        got = self._get([(self.path(spans[k][0]), spans[k][1], spans[k][2]) for k in which])
+    def _fetch_once(self, spans: list[Get], which: list[int], results: list[bytes | None]) -> dict[int, BaseException]:
+        got = self.client.get([spans[k] for k in which])
         failures: dict[int, BaseException] = {}
         for k, body in zip(which, got):
             want = spans[k][2] - spans[k][1]
@@ -198,65 +215,68 @@ class RemoteStore:
                 results[k] = body
         return failures
 
-    def _get(self, gets: list[Get]) -> list[bytes | BaseException]:
-        """Each ranged GET's body, or the exception that stopped it: on an async filesystem read to
-        the bytes asked for and no further, each within its deadline (see ranged_get)."""
-        fs = self.fs
-        if getattr(fs, "async_impl", False):
-            return get_ranges(fs, gets, self.max_in_flight)
-
-        def one(get: Get) -> bytes | BaseException:
-            try:
-                return fs.cat_file(get[0], start=get[1], end=get[2])  # type: ignore[no-any-return]
-            except Exception as exc:  # noqa: BLE001 - returned, classified by the caller
-                return exc
-        with ThreadPoolExecutor(min(self.max_in_flight, len(gets)) or 1) as pool:
-            return list(pool.map(one, gets))
-
     def list_objects(self) -> list[tuple[str, int, str]]:
         """Every object under the folder: (name relative to it, size, ETag), sorted by name."""
-        base = self.path().rstrip("/")
-        found = self.retry.call(lambda: self.fs.find(base, detail=True), lambda: self.display())
-        out = []
-        for path, info in found.items():
-            if info.get("type") == "directory":
-                continue
-            rel = path[len(base):].lstrip("/") if path.startswith(base) else path
-            out.append((rel, int(info.get("size") or 0), _etag(info)))
-        return sorted(out)
+        return sorted(self.retry.call(lambda: self.client.list(), lambda: self.display()))
 
     def put_file(self, local: str | os.PathLike[str], name: str) -> RemoteObject:
         """Upload a finished local file (multipart for large files, parts in flight) and return what
         the store then holds; retried as a whole on transient failures."""
-        size = os.path.getsize(local)
-
-        def upload() -> None:
-            # A deadline of its own: a PUT waits for "100 Continue" with no timeout in aiohttp, so a
-            # store that never answers would hang it. Generous: 2 minutes plus 1 MB/s.
-            kwargs = {"timeout": 120 + size / 1e6} if getattr(self.fs, "async_impl", False) else {}
-            self.fs.put_file(os.fspath(local), self.path(name), **kwargs)
-        self.retry.call(upload, lambda: f"uploading {local} to {self.display(name)}")
+        self.retry.call(lambda: self.client.put_file(os.fspath(local), name),
+                        lambda: f"uploading {local} to {self.display(name)}")
         return self.stat(name)
 
     def put_bytes(self, name: str, data: bytes) -> RemoteObject:
         """Write one small object whole (a single PUT: readers see the old one or the new one)."""
-        kwargs = {"timeout": 120} if getattr(self.fs, "async_impl", False) else {}  # see put_file
-        self.retry.call(lambda: self.fs.pipe_file(self.path(name), data, **kwargs),
-                        lambda: f"writing {self.display(name)}")
+        self.retry.call(lambda: self.client.put_bytes(name, data), lambda: f"writing {self.display(name)}")
         return self.stat(name)
+
+    def put_if(self, name: str, data: bytes, if_match: str | None) -> str | None:
+        """PUT ``data`` at ``name`` only if no object is there (``if_match`` None) or the one there has
+        ETag ``if_match`` (an atomic publish); the new ETag, or None when the condition failed."""
+        try:
+            self.retry.call(lambda: self.client.put_bytes(name, data, if_match),
+                            lambda: f"writing {self.display(name)}")
+        except Exception as exc:
+            if condition_failed(exc):
+                return None
+            raise
+        return self.stat(name).etag
 
     def remove(self, names: Sequence[str]) -> None:
         for name in names:
-            path, where = self.path(name), self.display(name)
             try:
-                self.retry.call(lambda: self.fs.rm_file(path), lambda: where)  # noqa: B023 - called here
+                self.retry.call(lambda: self.client.delete(name), lambda: self.display(name))  # noqa: B023
             except FileNotFoundError:
                 pass
 
 
-def _etag(info: dict[str, Any]) -> str:
-    """The version tag fsspec's filesystems report under their own names ("" when none)."""
-    return str(info.get("ETag") or info.get("etag") or info.get("md5Hash") or "")
+class _Counted:
+    """A sink that counts what went into it (a body shorter than its range is retried)."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink, self.written = sink, 0
+
+    def write(self, buffer: Any) -> None:
+        self.sink.write(buffer)
+        self.written += len(buffer)
+
+    def restart(self) -> None:
+        self.sink.restart()
+        self.written = 0
+
+
+def condition_failed(exc: BaseException | None) -> bool:
+    """A 412 (or a 409 of a write raced by another conditional write), under whatever wrapped it."""
+    for _ in range(4):
+        if exc is None:
+            return False
+        response = getattr(exc, "response", None) or {}
+        code = str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+        if isinstance(exc, FileExistsError) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
+            return True
+        exc = exc.__cause__
+    return False
 
 
 def coalesce(ranges: Sequence[Range], gap: int = COALESCE_GAP,

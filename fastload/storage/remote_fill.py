@@ -10,7 +10,7 @@ import weakref
 from typing import Protocol
 
 from fastload.storage.remote import RemoteStore
-from fastload.storage.remote_reads import FILL_PIECE, keep
+from fastload.storage.remote_reads import FILL_PIECE
 from fastload.storage.remote_shard import RemoteShard
 
 FILL_GROUP = 4
@@ -93,10 +93,13 @@ class Filler(threading.Thread):
                 claims.append(claim)
                 missing += entry.missing(span)  # again, claimed: the last holder may have written it
             try:
-                if missing:
-                    bodies = shards.store.read_ranges([(remote.name, a, n) for a, n in missing])
-                    for (start, _), body in zip(missing, bodies):
-                        keep(remote, start, body)
+                writers = [entry.span_writer(a, n) for a, n in missing]
+                if None in writers:
+                    remote.entry = None  # the entry can keep nothing (no room): this shard is read through
+                elif missing:  # each piece streamed into the cache as it arrives
+                    shards.store.read_into([(remote.name, a, n) for a, n in missing], writers)  # type: ignore[arg-type]
+                    if not all(writer.commit() for writer in writers):  # type: ignore[union-attr]
+                        remote.entry = None  # the cache failed under it: read it through
             finally:
                 for claim in claims:
                     claim.release()

@@ -27,7 +27,8 @@ def read_places(store: RemoteStore, places: Sequence[Place]) -> list[bytes]:
 
     A piece is claimed before it is fetched (``CacheEntry.claim``): one that another process
     or thread of the node is fetching is waited for, once this batch's own fetches are done
-    (never while holding claims), and read from the cache."""
+    (never while holding claims), and read from the cache. A streamed piece's records are read
+    back from the cache (the page cache holds them): the piece is never whole in memory."""
     out: list[bytes | None] = [None] * len(places)
     budget = FILL_BUDGET
     direct: list[int] = []
@@ -60,14 +61,30 @@ def read_places(store: RemoteStore, places: Sequence[Place]) -> list[bytes]:
             if (id(shard), start) not in fills:
                 fills[(id(shard), start)] = (shard, start, length)
                 budget -= length
+    # Pieces whose entry can keep them are streamed into it as they arrive; the rest (and records
+    # of shards not cached) come back in memory.
+    streamed, writers, held = [], [], []
+    for shard, start, length in fills.values():
+        entry = shard.entry
+        writer = entry.span_writer(start, length) if entry is not None else None
+        if writer is None:
+            held.append((shard, start, length))
+        else:
+            streamed.append((shard, start, length))
+            writers.append(writer)
     wanted = [(places[k][0].name, places[k][1], places[k][2]) for k in direct]
-    wanted += [(shard.name, start, length) for shard, start, length in fills.values()]
+    wanted += [(shard.name, start, length) for shard, start, length in held]
     fetched: dict[int, list[tuple[int, bytes]]] = {}
     try:
+        if streamed:
+            store.read_into([(shard.name, start, length) for shard, start, length in streamed], writers)
+            for (shard, _, _), writer in zip(streamed, writers):
+                if not writer.commit():
+                    shard.entry = None  # the cache failed under it: read it through
         bodies = store.read_ranges(wanted) if wanted else []
         for k, body in zip(direct, bodies):
             out[k] = body
-        for (shard, start, _), body in zip(fills.values(), bodies[len(direct):]):
+        for (shard, start, _), body in zip(held, bodies[len(direct):]):
             fetched.setdefault(id(shard), []).append((start, body))
             keep(shard, start, body)
     finally:

@@ -1,0 +1,63 @@
+"""The object-store client under a RemoteStore: what it must do (see client_choice for which one).
+
+Two clients implement it: ``obstore`` (Rust ``object_store``: no aiohttp/botocore, bodies streamed
+in large buffers; S3 and S3-compatible stores) and ``fsspec`` (s3fs, gcsfs, adlfs, http: every
+scheme). ``FASTLOAD_STORE_CLIENT`` (``auto``, ``obstore``, ``fsspec``) or ``RemoteStore(client=...)``
+chooses; ``auto`` takes obstore where it serves the URL and its options, else fsspec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol
+
+ClientName = Literal["auto", "obstore", "fsspec"]
+CLIENT_NAMES = ("auto", "obstore", "fsspec")
+
+Get = tuple[str, int, int]  # (name under the store's root, start, end): bytes start..end-1
+
+
+class Sink(Protocol):
+    """Where one GET's body goes as it arrives (a span of a cache file): written in order, begun
+    again from its start when the GET is retried."""
+
+    def write(self, buffer: Any) -> None: ...
+
+    def restart(self) -> None: ...
+
+
+class StoreClient(Protocol):
+    """One process's connection to a store folder; names are relative to the folder. Read calls
+    return each GET's outcome (an exception in place of a failed one), never retry: the RemoteStore
+    retries, with its own policy, only the failures that are transient."""
+
+    name: str
+
+    def stat(self, name: str) -> tuple[int, str]:
+        """``(size, etag)`` of ``name``, asked of the store now (never from a listing cache)."""
+        ...
+
+    def get(self, gets: Sequence[Get]) -> list[bytes | BaseException]:
+        """Each GET's body, read up to its end and no further, within its deadline, all in flight."""
+        ...
+
+    def get_into(self, gets: Sequence[Get], sinks: Sequence[Sink]) -> list[BaseException | None]:
+        """Each GET's body written into its sink as it arrives (no whole body held in memory)."""
+        ...
+
+    def list(self) -> list[tuple[str, int, str]]:
+        """``(name, size, etag)`` of every object under the folder (any order)."""
+        ...
+
+    def put_file(self, local: str, name: str) -> None:
+        """Upload a finished local file (multipart for large ones)."""
+        ...
+
+    def put_bytes(self, name: str, data: bytes, if_match: str | None | Literal[False] = False) -> None:
+        """Write one object whole; ``if_match``: None to write only where no object is, an ETag to
+        write only over that version (FileExistsError when the condition fails), False: always."""
+        ...
+
+    def delete(self, name: str) -> None:
+        """Remove ``name`` (FileNotFoundError when there is none, on stores that say so)."""
+        ...
