@@ -134,16 +134,15 @@ def list_tar_objects(src: object, root: object, tars: list[TarObject], reader: M
     taken = (*RESERVED_FIELD_NAMES, *field_names.values())
     rows: list[tuple[str, dict[str, Any]]] = []
     for tar, key, members in groups:
-        rel = f"{tar.name}/{key}.{image}"
         try:
             item, row = _sample(tar, key, members, image, exts, payloads, field_names, taken, max_file_size)
         except SourceError as exc:
             if on_error != "skip":
                 raise SourceError(f"{tar.path}: sample {key!r}: {exc}; fix the tar, or pass --on-error skip") from None
-            listing.skipped.append(Skip(rel, str(exc)))
+            listing.skipped.append(Skip(f"{tar.name}/{key}.{image}", str(exc)))
             continue
         listing.items.append(item)
-        rows.append((rel, row))
+        rows.append((item.rel, row))
     if not listing.items:
         raise SourceError(f"{src}: every sample was skipped (first: {listing.skipped[0].rel}: "
                           f"{listing.skipped[0].reason})")
@@ -174,7 +173,8 @@ def _walk(tar: TarObject) -> tuple[Groups, Counter[str], _DamagedTar | None]:
                 if found is None:
                     ignored["(tar member without an extension)"] += 1
                     continue
-                key, ext = found.group(1), found.group(2).lower()
+                key, ext = found.groups()
+                ext = ext.lower()
                 if key != key_now:
                     if key_now is not None:
                         groups.append((key_now, members))
@@ -209,21 +209,23 @@ def _sample(tar: TarObject, key: str, members: dict[str, _Member], image: str, e
             payloads: list[str], field_names: dict[str, str], taken: tuple[str, ...],
             max_file_size: int | None) -> tuple[SourceItem, dict[str, Any]]:
     """One group as an item (its image and file fields located in the tar, its label), its text fields."""
-    missing = [f".{e}" for e in (image, *exts) if e not in members]
-    if missing:
+    if len(members) != len(exts) + 1:  # its members are among these: one is missing
+        missing = [f".{e}" for e in (image, *exts) if e not in members]
         raise SourceError(f"no {', '.join(missing)} member, though other samples have one")
-    for member in (members[image], *(members[e] for e in payloads)):
-        if max_file_size is not None and member.size > max_file_size:
-            raise SourceError(f"member {member.name} holds {member.size} bytes, over the {max_file_size} "
-                              "limit (--max-file-size)")
+    main = members[image]
+    if max_file_size is not None:
+        for member in (main, *(members[e] for e in payloads)):
+            if member.size > max_file_size:
+                raise SourceError(f"member {member.name} holds {member.size} bytes, over the {max_file_size} "
+                                  "limit (--max-file-size)")
     row: dict[str, Any] = {}
     label = -1
     if "cls" in members:
-        text = _text(members["cls"]).strip()
+        text = _text(members["cls"])
         try:
-            label = int(text)
+            label = int(text)  # around it, white space as str.strip takes it
         except ValueError:
-            raise SourceError(f"its .cls member holds {text[:40]!r}, not a whole-number class id") from None
+            raise SourceError(f"its .cls member holds {text.strip()[:40]!r}, not a whole-number class id") from None
     if "txt" in members:
         row[field_names["txt"]] = _text(members["txt"])
     if "json" in members:
@@ -234,8 +236,7 @@ def _sample(tar: TarObject, key: str, members: dict[str, _Member], image: str, e
         check_field_names(f"{tar.path}: {key}.json", value, "a key of this member")
         row.update(value)
     files = tuple(SourceFile(tar.path, f"{tar.name}/{members[e].name}", members[e].size, tar.mtime_ns, tar.stamp,
-                             offset=members[e].offset) for e in payloads)
-    main = members[image]
+                             offset=members[e].offset) for e in payloads) if payloads else ()
     item = SourceItem(tar.path, f"{tar.name}/{main.name}", label, main.size, tar.mtime_ns, files, tar.stamp,
                       offset=main.offset)
     return item, row
