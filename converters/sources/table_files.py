@@ -94,12 +94,14 @@ class TableFile:
 
     def sizes(self, column: str) -> np.ndarray:
         """Each row's image bytes (int64): exact here, where reading the column costs nothing."""
-        from fastload.converters.sources.table_columns import image_bytes
+        from fastload.converters.sources.table_columns import image_bytes, numbers
 
         pc = require("pyarrow.compute", "packing Parquet or Arrow tables")
-        parts = [pc.binary_length(image_bytes(self.read(k, [column]).column(0))).fill_null(0)
-                 for k in range(len(self.starts) - 1)]
-        return np.concatenate([p.to_numpy().astype(np.int64) for p in parts] or [np.zeros(0, np.int64)])
+        out = [np.zeros(0, np.int64)]
+        for k in range(len(self.starts) - 1):
+            sizes, null = numbers(pc.binary_length(image_bytes(self.read(k, [column]).column(0))))
+            out.append(np.where(null, 0, sizes) if null is not None else sizes.astype(np.int64))
+        return np.concatenate(out).astype(np.int64)
 
     def image_spans(self, k: int, column: str, fd: int) -> tuple[np.ndarray, np.ndarray]:
         """Where each row of batch ``k``'s image lies in the file open at ``fd``, and its length

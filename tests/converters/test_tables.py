@@ -7,10 +7,13 @@ from __future__ import annotations
 import csv
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from fastload.converters import pack
+from fastload.converters.sources.table_columns import numbers
 from fastload.converters.sources.table_files import ParquetTable
 from fastload.converters.sources.table_pages import Unsupported
 
@@ -262,3 +265,23 @@ def test_a_compressed_chunk_is_read_through_pyarrow(made):
             table.image_spans(0, "jpg", fd)
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("kind", ["int8", "uint64", "int64", "float16", "float32", "bool"])
+def test_numbers_are_read_from_their_buffers_with_nulls_and_slices(kind):
+    values = [True, False, None, True] * 5 if kind == "bool" else [1, None, 7, 2**63 + 5 if kind == "uint64" else 3, None] * 4
+    typ = {"float16": pa.float16(), "bool": pa.bool_()}.get(kind) or getattr(pa, kind)()
+    column = pa.chunked_array([pa.array(values[:9], typ).slice(2), pa.array(values[9:], typ).slice(1, 6), pa.array([], typ)])
+    got, null = numbers(column)
+    want = column.to_pylist()
+    assert list(null) == [v is None for v in want]
+    assert [None if n else (v.item() if kind != "float16" else float(v)) for v, n in zip(got, null)] == want
+
+
+def test_packing_a_table_never_imports_pandas(made, tmp_path):
+    """pyarrow's to_numpy, fill_null and pa.scalar import pandas (0.12-0.3 s of a pack): not used."""
+    code = ("import sys; from fastload.converters import pack; "
+            f"pack({str(made[0] / 'plain.parquet')!r}, {str(tmp_path / 'p.fl')!r}, progress=False); "
+            "assert 'pandas' not in sys.modules, 'pandas imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
