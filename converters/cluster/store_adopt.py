@@ -74,12 +74,13 @@ def adopt_in_store(store: RemoteStore, generation: str, parts: list[TaskPart | N
                                    report_path is not None, plan_of(written, settings))
             files = [e.file for e in index.values()] + ([SKIPPED_REPORT_NAME] if report_path else [])
             list(pool.map(lambda name: _put(store, local / name, prefix + name), files))
-        manifest = _in_generation(staged, generation, copied)
-        lease.check()
-        _publish(store, manifest, replaces)
-        # the new dataset is the one readers open from here on: the parts and the old dataset's objects go
-        keep = dataset_entries(manifest) | {STORE_LEASE_NAME}
-        store.remove([name for name in ours if name not in keep])
+            manifest = _in_generation(staged, generation, copied)
+            lease.check()
+            _publish(store, manifest, replaces)
+            # the new dataset is the one readers open from here on: the parts and the old dataset's objects go
+            keep = dataset_entries(manifest) | {STORE_LEASE_NAME}
+            gone = [name for name in ours if name not in keep]
+            list(pool.map(store.remove, [gone[k::IN_FLIGHT] for k in range(IN_FLIGHT)]))
     finally:
         shutil.rmtree(local, ignore_errors=True)
     report = finished_report(Path(store.url), manifest, written, skipped, None)

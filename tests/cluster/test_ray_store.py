@@ -107,6 +107,8 @@ def assert_only_the_dataset(bucket: Bucket, prefix: str) -> fastload.PackedDatas
     packed = bucket.dataset(prefix)
     listed = {MANIFEST_NAME, *(s.file for s in packed.manifest.shards),
               *(e.file for e in packed.manifest.index.values())}
+    if packed.manifest.packed.get("skipped_report"):  # beside the index, in the dataset's pack folder
+        listed.add(packed.manifest.shards[0].file.split("/")[0] + "/" + packed.manifest.packed["skipped_report"])
     assert set(bucket.objects(prefix)) == listed
     assert fastload.verify(bucket.url(prefix), storage_options=bucket.options).ok
     return packed
@@ -162,24 +164,30 @@ def test_a_parquet_table_packs_to_the_store_as_a_local_pack_does(cluster: Any, b
 
 def test_webdataset_tars_pack_to_the_store_as_a_local_pack_does(cluster: Any, bucket: Bucket,
                                                                 photos: tuple[Path, Path], tmp_path: Path) -> None:
-    """Numbered labels (.cls) and a .json field; keys in tar order, so the local pack's order is the keys'."""
+    """Numbered labels (.cls), a .json field and a bad picture skipped (``on_error="skip"``, reported in
+    the store); keys in tar order, so the local pack's order is the keys'."""
     files = sorted(photos[0].rglob("*.jpg"))
     tars = tmp_path / "tars"
     tars.mkdir()
     for part in range(2):
         with tarfile.open(tars / f"data-{part}.tar", "w") as tar:
             for k in range(part * IMAGES // 2, (part + 1) * IMAGES // 2):
-                for ext, data in (("jpg", files[k].read_bytes()), ("cls", str(k % 3).encode()),
+                picture = b"not a picture" if k == 5 else files[k].read_bytes()
+                for ext, data in (("jpg", picture), ("cls", str(k % 3).encode()),
                                   ("json", json.dumps({"n": k}).encode())):
                     info = tarfile.TarInfo(f"sample{k:04d}.{ext}")
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
-    fastload.pack(tars, tmp_path / "local.fl")
+    fastload.pack(tars, tmp_path / "local.fl", on_error="skip")
     ds = ray.data.read_webdataset(str(tars), decoder=None).map(
         lambda row: {"key": row["__key__"], "jpg": row["jpg"], "label": int(row["cls"]),
                      "n": json.loads(row["json"])["n"]})
-    pack(ds, bucket, "tars.fl", image="jpg", key="key", fields=("n",))
+    report = pack(ds, bucket, "tars.fl", image="jpg", key="key", fields=("n",), on_error="skip")
+    assert report.skipped == 1 and report.num_records == IMAGES - 1
     assert_same_records(assert_only_the_dataset(bucket, "tars.fl"), tmp_path / "local.fl", fields=("n",))
+    assert report.skipped_report is not None and str(report.skipped_report).startswith(bucket.url("tars.fl/gen-"))
+    skipped = bucket.read(str(report.skipped_report).removeprefix(f"s3://{bucket.name}/")).decode()
+    assert [json.loads(line)["path"] for line in skipped.splitlines()] == ["sample0005"]
 
 
 def when_parts_appear(bucket: Bucket, prefix: str, then: Callable[[], None]) -> threading.Thread:
