@@ -216,7 +216,9 @@ def test_a_dataset_read_through_faults_matches_the_local_one(tree, uploaded, s3_
     opts = s3_server.storage_options(fault_proxy.url)
     remote = PackedDataset(f"s3://{uploaded}/hdf5.fl", storage_options=opts, cache_dir=tmp_path / "c")
     local = PackedDataset(tree.parent / "local-hdf5.fl")
-    fault_proxy.fail_next("reset", count=3, match=_is_range_get)
+    # 5 faults in a row: under the 6 tries of the default policy (aiohttp also retries a reset once
+    # on its own; obstore does not, so 6 would fail a request that meets them all)
+    fault_proxy.fail_next("reset", count=2, match=_is_range_get)
     fault_proxy.fail_next("truncate", count=3, match=_is_range_get)
     assert remote.reader.read_many(list(range(40))) == local.reader.read_many(list(range(40)))
 
