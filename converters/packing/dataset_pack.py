@@ -136,9 +136,14 @@ class DatasetPackJob:
                            self.options["on_error"]) for shard in todo]
         bar = _bar(sum(s.end - s.start for s in todo), self.progress)
         with interrupt_between_files() as check_interrupt:
-            outcomes = self.reads.write_shards(plan.schema(), tasks, check_interrupt, keys)
+            outcomes = self.reads.write_shards(plan.schema(), tasks, check_interrupt)
+            by_number = {task.shard.number: task for task in tasks}
             try:
-                for task, outcome in zip(tasks, outcomes):
+                for outcome in outcomes:
+                    if outcome.error is not None:  # a shard that could not be written: the first to say so
+                        task = by_number.get(outcome.number)
+                        raise PackError(write_error(out, task.name if task else "a shard", outcome.error))
+                    task = by_number[outcome.number]
                     records[task.shard.number] = self._adopt(out, plan.schema(), task, outcome, keys)
                     if bar is not None:
                         bar.update(task.shard.end - task.shard.start)

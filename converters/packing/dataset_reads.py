@@ -16,18 +16,17 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
+from fastload.converters.packing.dataset_runs import ShardRun
 from fastload.converters.packing.dataset_shards import (
     ShardOutcome,
     ShardTask,
     read_items,
-    write_shard,
+    write_shards,
 )
 from fastload.converters.sources.samples import Schema
 from fastload.converters.sources.torch_dataset import Read, ReadSettings, read_item
@@ -35,7 +34,7 @@ from fastload.converters.sources.torch_dataset import Read, ReadSettings, read_i
 from fastload.config import available_cpus
 
 _CHUNK = 16  # items per task: one pipe round trip carries several records
-_STATE: tuple[Any, ReadSettings, Any] | None = None  # a worker process's dataset, settings and stop event
+_STATE: tuple[Any, ReadSettings, Any, Any, Any] | None = None  # a worker's dataset, settings, and shared state
 
 
 def default_dataset_workers() -> int:
@@ -59,8 +58,10 @@ class ItemReads:
         if workers > 1:
             context = multiprocessing.get_context(start_method())
             self.stop = context.Event()  # set: the workers' shards stop at their next item
+            self.taken = context.Value("q", 0)  # the shards the workers took, in order: the next is theirs
+            self.results: Any = context.Queue()  # each shard's outcome, once written (or not)
             self.pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                                            initargs=(dataset, settings, self.stop))
+                                            initargs=(dataset, settings, self.stop, self.taken, self.results))
             self.pool.submit(int).result()  # every worker is forked now (the fork context starts all at once)
 
     def read(self, schema: Schema, indices: Sequence[int]) -> Iterator[Read]:
@@ -81,43 +82,36 @@ class ItemReads:
             for future in window:  # stopped early (an error, Ctrl-C): queued chunks are not read
                 future.cancel()
 
-    def write_shards(self, schema: Schema, tasks: Sequence[ShardTask], check_interrupt: Callable[[], None],
-                     taken: Collection[str]) -> Iterator[ShardOutcome]:
-        """Each task's shard written, its outcome yielded in task order. With a worker for each, the
-        workers write whole shards (each item read, checked and written in one process); else this
-        process writes them from the items read (in the workers, or here), ``taken`` (the keys of
-        the shards done, kept up to date by the caller) telling which keys are given already."""
-        if self.pool is None or len(tasks) < self.workers:
-            got = self.read(schema, [i for task in tasks for i in range(task.shard.start, task.shard.end)])
-            try:
-                for task in tasks:
-                    yield write_shard(got, replace(task, taken=taken), _not_stopping(check_interrupt))
-            finally:
-                got.close()  # type: ignore[attr-defined]
-            return
-        self.stop.clear()
-        futures = [self.pool.submit(_write_shard, schema, task) for task in tasks]
+    def write_shards(self, schema: Schema, tasks: Sequence[ShardTask],
+                     check_interrupt: Callable[[], None]) -> Iterator[ShardOutcome]:
+        """Each task's shard written, its outcome yielded in task order (one that could not be
+        written at once). With a worker for each, the workers write whole shards, each taking the
+        next shard to write (each item read, checked and written in one process); else a thread
+        here writes them from the items read (in the workers, or here)."""
+        run, got = ShardRun(tasks), None
+        if self.pool is not None and len(tasks) >= self.workers:
+            self.stop.clear()
+            self.taken.value = 0
+            futures = [self.pool.submit(_write_shards, schema, list(tasks)) for _ in range(self.workers)]
+            run.start(futures, self.results.get, self.stop.set)
+        else:
+            got = (self.read(schema, [i for task in tasks for i in range(task.shard.start, task.shard.end)])
+                   if self.pool is not None else None)
+            run.start_thread(lambda task: got if got is not None else read_items(
+                self.dataset, self.settings, schema, task.shard))
         try:
-            for future in futures:
-                while True:
-                    check_interrupt()
-                    try:
-                        outcome = future.result(timeout=0.05)
-                    except FutureTimeout:
-                        continue
-                    yield outcome
-                    break
-        finally:  # stopped early (an item that failed, an error, Ctrl-C): the running shards stop and go
-            self.stop.set()
-            for future in futures:
-                future.cancel()
-            for future in futures:
-                if not future.cancelled() and future.exception() is None:  # waits for it to stop
-                    Path(future.result().tmp).unlink(missing_ok=True)  # written, not renamed into place
+            yield from run.in_order(check_interrupt)
+        finally:  # stopped early (an item that failed, an error, Ctrl-C): the runners stop, their files go
+            run.end()
+            if got is not None:
+                got.close()  # type: ignore[attr-defined]
 
     def write_here(self, schema: Schema, task: ShardTask) -> ShardOutcome:
         """``task``'s shard written by this process from its items read here."""
-        return write_shard(read_items(self.dataset, self.settings, schema, task.shard), task, lambda: False)
+        outcomes: list[ShardOutcome] = []
+        write_shards(iter([task, None]).__next__, lambda t: read_items(self.dataset, self.settings, schema, t.shard),
+                     lambda: False, outcomes.append)
+        return outcomes[0]
 
     def close(self) -> None:
         if self.pool is not None:
@@ -125,18 +119,10 @@ class ItemReads:
             self.pool = None
 
 
-def _not_stopping(check_interrupt: Callable[[], None]) -> Callable[[], bool]:
-    def stopping() -> bool:
-        check_interrupt()  # a held Ctrl-C raises here, between items
-        return False
-
-    return stopping
-
-
-def _start_worker(dataset: Any, settings: ReadSettings, stop: Any) -> None:
+def _start_worker(dataset: Any, settings: ReadSettings, stop: Any, taken: Any, results: Any) -> None:
     global _STATE
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _STATE = (dataset, settings, stop)
+    _STATE = (dataset, settings, stop, taken, results)
     parent = os.getppid()
     threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
 
@@ -148,25 +134,35 @@ def _exit_with(parent: int) -> None:
     os._exit(1)
 
 
-def _write_shard(schema: Schema, task: ShardTask) -> ShardOutcome:
+def _write_shards(schema: Schema, tasks: list[ShardTask]) -> int:
+    """A worker's run: the next shard not taken yet, written, until none is left; returns how many
+    outcomes it sent."""
     assert _STATE is not None
-    dataset, settings, stop = _STATE
+    dataset, settings, stop, taken, results = _STATE
     parent = os.getppid()
+
+    def next_task() -> ShardTask | None:
+        with taken.get_lock():
+            number = taken.value
+            taken.value += 1
+        return tasks[number] if number < len(tasks) else None
 
     def stopping() -> bool:
         if os.getppid() != parent:  # killed (kill -9): its next pack may be writing this shard's file now
             os._exit(1)
         return bool(stop.is_set())
 
-    outcome = write_shard(read_items(dataset, settings, schema, task.shard), task, stopping)
-    if outcome.failed is not None:  # the dataset's exception crosses back as text (see _read_chunk)
-        outcome.failed = replace(outcome.failed, error=None)
-    return outcome
+    def send(outcome: ShardOutcome) -> None:
+        if outcome.failed is not None:  # the dataset's exception crosses back as text (see _read_chunk)
+            outcome.failed = replace(outcome.failed, error=None)
+        results.put(outcome)
+
+    return write_shards(next_task, lambda task: read_items(dataset, settings, schema, task.shard), stopping, send)
 
 
 def _read_chunk(schema: Schema, indices: list[int]) -> list[Read]:
     assert _STATE is not None
-    dataset, settings, _ = _STATE
+    dataset, settings, *_ = _STATE
     # A dataset's exception crosses back as its text and traceback (Read.reason, Read.trace), not
     # as the object: some exceptions cannot be rebuilt in another process.
     return [replace(read_item(dataset, schema, settings, index), error=None) for index in indices]

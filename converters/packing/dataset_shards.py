@@ -64,49 +64,73 @@ def read_items(dataset: Any, settings: ReadSettings, schema: Schema, shard: Shar
     return (read_item(dataset, schema, settings, index) for index in range(shard.start, shard.end))
 
 
-def write_shard(reads: Iterator[Read], task: ShardTask, stopping: Callable[[], bool]) -> ShardOutcome:
-    """Write ``task.shard``'s items (``reads``, in order) as one shard to a temporary file;
-    ``stopping()`` is asked before each item (the pack failed or was interrupted: stop now)."""
-    shard, file_types = task.shard, task.file_types
+def write_shards(next_task: Callable[[], ShardTask | None], reads: Callable[[ShardTask], Iterator[Read]],
+                 stopping: Callable[[], bool], report: Callable[[ShardOutcome], None]) -> int:
+    """Write shard after shard (``next_task()`` until None; each from ``reads(task)``, its items in
+    order) to their temporary files, each one's outcome to ``report`` once its file is synced (from
+    the writer thread: the next shard's items are read meanwhile) or at once when it cannot be
+    written; stop at the first shard that fails, or when ``stopping()`` (asked before each item).
+    Returns the number of outcomes reported."""
+    behind = WriteBehind()
+    reported: list[ShardOutcome] = []
+    names: dict[str, int] = {}
+    keys: set[str] = set()  # of every item written here: a repeat within these shards is found here
+
+    def send(outcome: ShardOutcome) -> None:
+        reported.append(outcome)
+        report(outcome)
+
+    try:
+        while (task := next_task()) is not None:
+            names[task.name] = task.shard.number
+            outcome = _write_one(reads(task), task, stopping, behind, keys, send)
+            if outcome is not None:  # failed or stopped: the shards ended before it are finished first
+                behind.cancel(finish_queued=not outcome.stopped)
+                if not outcome.stopped:
+                    send(outcome)
+                break
+        else:
+            behind.close()
+    except WriteFailed as failed:
+        send(ShardOutcome(names.get(failed.shard, -1), error=failed.cause))
+    finally:
+        behind.cancel(finish_queued=False)  # after an error: the open shard is aborted and its file removed
+    return len(reported)
+
+
+def _write_one(reads: Iterator[Read], task: ShardTask, stopping: Callable[[], bool], behind: WriteBehind,
+               keys: set[str], send: Callable[[ShardOutcome], None]) -> ShardOutcome | None:
+    """Hand one shard's records to ``behind``; its outcome is sent once its file is synced. Returns
+    the outcome of a shard that failed or was stopped (its file is removed), else None."""
     tmp = Path(task.out) / PACK_STATE_DIR / f"{task.name}.tmp"
-    record = new_shard_record(task.name, file_types, digest=shard.digest, stamps="", encoded=0, keys=[], labels=[],
-                              values={})
-    outcome = ShardOutcome(shard.number, str(tmp), record)
+    record = new_shard_record(task.name, task.file_types, digest=task.shard.digest, stamps="", encoded=0, keys=[],
+                              labels=[], values={})
+    outcome = ShardOutcome(task.shard.number, str(tmp), record)
 
     def done(file_bytes: int, data_offset: int) -> None:
         record["bytes"], record["data_offset"] = file_bytes, data_offset
+        send(outcome)
 
     def make() -> Any:
         os.close(create_new(tmp))
         return WRITERS[task.storage](tmp, task.shard_size)
 
-    behind = WriteBehind()
     behind.start_shard(task.name, make, done, lambda: tmp.unlink(missing_ok=True))
-    keys: set[str] = set()
-    try:
-        for _ in range(shard.start, shard.end):
-            if stopping():
-                outcome.stopped = True
-                break
-            read = _unique(next(reads), keys, task.taken)
-            if read.payloads is None or read.values is None:
-                if task.on_error == "fail":
-                    outcome.failed = read
-                    break
-                record["skips"].append([read.key or f"{read.index:08d}", f"item {read.index}: {read.reason}"])
-                continue
-            keys.add(read.key)
-            _add(record, behind, read, file_types)
-        if outcome.failed is None and not outcome.stopped:
-            end_shard_record(record, behind)
-            behind.close()
-    except WriteFailed as failed:
-        outcome.error = failed.cause
-    finally:
-        behind.cancel()  # stopped or failed: the open shard is aborted and its file removed
-    if outcome.failed is not None or outcome.stopped or outcome.error is not None:
-        tmp.unlink(missing_ok=True)
-    return outcome
+    for _ in range(task.shard.start, task.shard.end):
+        if stopping():
+            outcome.stopped = True
+            return outcome
+        read = _unique(next(reads), keys, task.taken)
+        if read.payloads is None or read.values is None:
+            if task.on_error == "fail":
+                outcome.failed = read
+                return outcome
+            record["skips"].append([read.key or f"{read.index:08d}", f"item {read.index}: {read.reason}"])
+            continue
+        keys.add(read.key)
+        _add(record, behind, read, task.file_types)
+    end_shard_record(record, behind)
+    return None
 
 
 def _unique(read: Read, keys: set[str], taken: Collection[str]) -> Read:
