@@ -1,11 +1,13 @@
-"""Pack stage, read side of a map-style dataset: items read, checked and encoded in worker processes;
-each worker writes whole shards of them (converters.packing.dataset_shards) and hands back their
-index columns in shard order, or, with fewer shards to write than workers, hands back the items
-themselves in index order, a bounded number in flight, for the packing process to write.
+"""Pack stage, read side of a map-style dataset: items read, checked and encoded in worker processes.
+Each worker takes the next shard not taken yet and writes it whole (converters.packing.dataset_shards),
+sending back its index columns on a queue; with fewer shards to write than workers, the workers
+send back the items themselves, in index order with a bounded number in flight, and a thread in
+the packing process writes them. Resume checks read items the second way.
 
 Workers are forked where the platform can (the dataset is inherited, never pickled), else spawned
-with the dataset pickled to each. They ignore Ctrl-C (the packing process handles it and stops them) and exit when it is killed.
-One worker reads in the packing process itself (no process, nothing pickled).
+with the dataset pickled to each. They ignore Ctrl-C (the packing process handles it and stops
+them) and exit when it is killed. One worker reads in the packing process itself (a thread there
+writes the shards; nothing pickled).
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def start_method() -> str:
 
 
 class ItemReads:
-    """``read(schema, indices)`` yields each item's Read in order; ``close`` stops the workers.
+    """``read(schema, indices)`` yields each item's Read in order; ``write_shards`` writes shards
+    from them; ``close`` stops the workers.
 
     The workers start here, before the pack takes OUT's lock and starts its threads: a forked
     worker holds no lock of the pack's (a kill -9 leaves none held by a worker still reading)."""

@@ -1,5 +1,6 @@
-"""Pack stage, shard side of a map-style dataset: one shard written whole, from its items, by the
-process that reads them (a worker process, or the packing process itself).
+"""Pack stage, shard side of a map-style dataset: shards written whole, one after another, from
+their items, by the process that reads them (a worker process, or a thread of the packing process),
+one write-behind thread per writer: a shard's commit and fsync overlap the next one's reads.
 
 A worker that writes the shard it reads sends back its index columns (the shard's record, small),
 never its images: pickling every payload back through a pipe cost the packing process a copy
