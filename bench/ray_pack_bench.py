@@ -4,10 +4,12 @@ of two nodes of 1 CPU each (issue 28).
 
 Each row runs in a fresh Python process, the rows in rotated order each repeat, medians reported.
 A Ray row starts its Ray first (``ray.init(num_cpus=2)``, or the two-node cluster) and times the
-pack alone (``converters.cluster.ray_source.pack_on_ray``: listing, tasks, finalize), as a user's
-cluster is running already; the start is reported beside it. Each child then packs a second time
-("again"): a job's first pack pays for Ray's worker processes (started and importing fastload, a
-fixed cost per job), the second shows the per-record cost alone. The page cache is warm for every row
+pack alone (``converters.cluster.ray_source.pack_on_ray``: listing, plain Ray tasks of a few
+shard-sized parts each, finalize), as a user's cluster is running already; the start is reported
+beside it. No warm-up task runs before the timed pack: a job's first pack waits for Ray's worker
+processes (started by ``ray.init``, importing fastload on their first task; a fixed cost per job,
+which every ``fastload pack --ray`` is). Each child then packs a second time ("again", the same
+job, its workers warm): the per-record cost alone. The page cache is warm for every row
 (SRC is read once before the timed runs). Targets: the Ray pack takes <= 1.25x the local pack's
 time at equal cores, and records/s per CPU stays flat from one node to two.
 

@@ -1,6 +1,6 @@
 """Cluster packing from SRC, the tasks: plain Ray tasks (``ray.remote``, no Ray Data pipeline), one
 per slice of the plan (converters.cluster.ray_plan); each reads its parts' bytes where they lie
-and writes each part as one small dataset (task_shards.write_rows), two parts in flight.
+and writes each part as one small dataset (task_shards.write_rows), part after part.
 
 A task returns its parts' ``TaskPart``s (folder names, order ranges, skips), never image bytes. Ray
 re-runs a task whose node was lost (``max_retries``); the parts it had finished are found by their
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ from fastload.converters.sources.items import SourceItem
 
 from fastload.errors import PackError, SourceError
 
-PARTS_IN_FLIGHT = 2  # a task's parts written at once (its memory: up to this many parts' bytes)
 RETRIES = 3  # Ray's re-runs of a task whose worker or node died (a task's own error is not retried)
 
 
@@ -32,18 +30,14 @@ def write_parts(spec: tuple[Any, ...], parts: list[Any], settings: SinkSettings)
         raise PackError(f"{settings.work}: not found from this node; OUT must be on a file system every node "
                         "of the cluster sees, at the path the driver sees it")
     read = ReadPayloads(spec)
-
-    def write(part: Any) -> TaskPart | None:
+    written = []
+    for part in parts:  # one part's bytes in memory at a time
         payloads = read(part)
         rows = part.drop_columns([FILE, OFFSET, SIZE]).to_pylist()  # order, key, label, fields
         for row, payload in zip(rows, payloads):
             row[IMAGE] = payload
-        return write_rows(rows, settings)
-
-    # Two parts in flight: one part's close (its shard and index made durable, mostly waiting on the
-    # disk) overlaps the next part's reading and writing, as a local pack's shards overlap.
-    with ThreadPoolExecutor(max_workers=PARTS_IN_FLIGHT, thread_name_prefix="fastload-part") as pool:
-        return list(pool.map(write, parts))
+        written.append(write_rows(rows, settings))
+    return written
 
 
 def run_tasks(slices: list[TaskSlice], spec: tuple[Any, ...], settings: SinkSettings,
