@@ -120,6 +120,7 @@ class ItemReads:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
+            self.results.close()
 
 
 def _start_worker(dataset: Any, settings: ReadSettings, stop: Any, taken: Any, results: Any) -> None:
