@@ -2,8 +2,8 @@
 
 Two clients implement it: ``obstore`` (Rust ``object_store``: no aiohttp/botocore, bodies streamed
 in large buffers; S3 and S3-compatible stores) and ``fsspec`` (s3fs, gcsfs, adlfs, http: every
-scheme). ``FASTLOAD_STORE_CLIENT`` (``auto``, ``obstore``, ``fsspec``) or ``RemoteStore(client=...)``
-chooses; ``auto`` takes obstore where it serves the URL and its options, else fsspec.
+scheme; the default). ``FASTLOAD_STORE_CLIENT`` (``fsspec``, ``obstore``) or ``RemoteStore(client=...)``
+chooses; obstore serves s3:// only, other schemes always go through fsspec.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
-ClientName = Literal["auto", "obstore", "fsspec"]
-CLIENT_NAMES = ("auto", "obstore", "fsspec")
+ClientName = Literal["obstore", "fsspec"]
+CLIENT_NAMES = ("obstore", "fsspec")
 
 Get = tuple[str, int, int]  # (name under the store's root, start, end): bytes start..end-1
 

@@ -1,5 +1,9 @@
-"""Which object-store client a process uses: ``choice``, else FASTLOAD_STORE_CLIENT, else ``auto``
-(obstore where it serves the URL, its options and this process; fsspec otherwise)."""
+"""Which object-store client a process uses: ``choice``, else FASTLOAD_STORE_CLIENT, else fsspec.
+
+obstore (measured leaner: bench/client_bench.py) is not the default yet, for two faults of its
+asyncio bindings found here: its tokio runtime does not survive a fork (a DataLoader worker forked
+after the parent read the store would hang), and a tokio worker that wakes an asyncio loop while
+the interpreter ends aborts the process (SIGABRT at exit, about 1 exit in 20 after store reads)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from typing import Any
 from fastload.errors import MissingDependencyError
 from fastload.storage.client import CLIENT_NAMES, ClientName, StoreClient
 
+DEFAULT_CLIENT = "fsspec"
+
 OBSTORE_SCHEMES = ("s3", "s3a")
 """The schemes read through obstore (its GCS, Azure and HTTP stores take other options than gcsfs's,
 adlfs's and fsspec's http, which fastload's storage_options name)."""
@@ -23,27 +29,26 @@ def make_client(url: str, scheme: str, options: dict[str, Any], max_in_flight: i
     wanted = choice or _from_environment()
     if wanted not in CLIENT_NAMES:
         raise ValueError(f"{url}: store client {wanted!r} is unknown; use one of {', '.join(CLIENT_NAMES)}")
-    if wanted != "fsspec" and scheme in OBSTORE_SCHEMES:  # other schemes: fsspec is the only client
+    if wanted == "obstore" and scheme in OBSTORE_SCHEMES:  # other schemes: fsspec is the only client
         reason = _why_not_obstore(options)
         if reason is None:
             from fastload.storage.client_obstore import ObstoreClient
 
             return ObstoreClient(url, options, max_in_flight)
-        if wanted == "obstore":
+        if "fork" not in reason:
             error = MissingDependencyError if "pip install" in reason else ValueError
             raise error(f"{url}: the obstore client was asked for (FASTLOAD_STORE_CLIENT or client=) but {reason}; "
-                        "use FASTLOAD_STORE_CLIENT=auto (or fsspec)")
-        if "fork" in reason:
-            _warn_once(f"{url}: this process was forked from one that used obstore, whose runtime does not "
-                       "survive a fork, so it reads through fsspec (s3fs); start DataLoader workers with "
-                       "multiprocessing_context='forkserver' (or 'spawn') to keep obstore in them")
+                        "use FASTLOAD_STORE_CLIENT=fsspec")
+        _warn_once(f"{url}: this process was forked from one that used obstore, whose runtime does not "
+                   "survive a fork, so it reads through fsspec (s3fs); start DataLoader workers with "
+                   "multiprocessing_context='forkserver' (or 'spawn') to keep obstore in them")
     from fastload.storage.client_fsspec import FsspecClient
 
     return FsspecClient(url, scheme, options, max_in_flight)
 
 
 def _from_environment() -> str:
-    return os.environ.get("FASTLOAD_STORE_CLIENT", "").strip().lower() or "auto"
+    return os.environ.get("FASTLOAD_STORE_CLIENT", "").strip().lower() or DEFAULT_CLIENT
 
 
 def _why_not_obstore(options: dict[str, Any]) -> str | None:

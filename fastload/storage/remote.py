@@ -14,7 +14,7 @@ from fastload.storage.client import ClientName, Get, Sink, StoreClient
 from fastload.storage.client_choice import make_client
 from fastload.storage.client_fsspec import FsspecClient
 from fastload.storage.location import join, scheme_of
-from fastload.storage.retry import RetryPolicy, ShortRead
+from fastload.storage.retry import RetryPolicy, ShortRead, condition_failed
 
 MAX_IN_FLIGHT = 64
 """Requests a store keeps in flight at once: 64 × a 20 ms round trip is ~3,200 requests/s."""
@@ -203,6 +203,9 @@ class RemoteStore:
         return results  # type: ignore[return-value]
 
     def _fetch_once(self, spans: list[Get], which: list[int], results: list[bytes | None]) -> dict[int, BaseException]:
+        for k in [k for k in which if spans[k][2] <= spans[k][1]]:
+            results[k] = b""  # nothing to ask for (a GET of "bytes=0--1" would fetch the whole object)
+        which = [k for k in which if results[k] is None]
         got = self.client.get([spans[k] for k in which])
         failures: dict[int, BaseException] = {}
         for k, body in zip(which, got):
@@ -264,19 +267,6 @@ class _Counted:
     def restart(self) -> None:
         self.sink.restart()
         self.written = 0
-
-
-def condition_failed(exc: BaseException | None) -> bool:
-    """A 412 (or a 409 of a write raced by another conditional write), under whatever wrapped it."""
-    for _ in range(4):
-        if exc is None:
-            return False
-        response = getattr(exc, "response", None) or {}
-        code = str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
-        if isinstance(exc, FileExistsError) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
-            return True
-        exc = exc.__cause__
-    return False
 
 
 def coalesce(ranges: Sequence[Range], gap: int = COALESCE_GAP,

@@ -131,3 +131,16 @@ def describe(exc: BaseException, what: str, attempts: int = 0) -> Exception:
         return RemoteReadError(f"{what}: failed {attempts} times ({cause}); the store is unreachable or "
                                "overloaded; try again later")
     return RemoteReadError(f"{what}: {cause}")
+
+
+def condition_failed(exc: BaseException | None) -> bool:
+    """A 412 (or a 409 of a write raced by another conditional write), under whatever wrapped it."""
+    for _ in range(4):
+        if exc is None:
+            return False
+        response = getattr(exc, "response", None) or {}
+        code = str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+        if isinstance(exc, FileExistsError) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
+            return True
+        exc = exc.__cause__
+    return False

@@ -1,4 +1,4 @@
-"""Both store clients (obstore, the default, and fsspec) hold the same contract against the real moto
+"""Both store clients (fsspec, the default, and obstore) hold the same contract against the real moto
 server: reads, streamed reads, listings, uploads, conditional publishes, ETags, and the faults of
 the fault proxy retried (or not) alike."""
 
@@ -61,7 +61,9 @@ def test_reads_lists_writes_and_removes(store: RemoteStore) -> None:
     written = store.put_bytes("sub/small", b"hello")
     assert store.stat("sub/small") == written and written.size == 5 and written.etag
     assert [(name, size) for name, size, _ in store.list_objects()] == [("blob", len(DATA)), ("sub/small", 5)]
-    store.remove(["sub/small", "never-was"])
+    store.put_bytes("sub/empty", b"")
+    assert store.read_ranges([("sub/empty", 0, 0), ("blob", 0, 0)]) == [b"", b""]
+    store.remove(["sub/small", "sub/empty", "never-was"])
     with pytest.raises(RemoteNotFound, match="folder/sub/small: no such object"):
         store.stat("sub/small")
 
@@ -139,7 +141,7 @@ def _read_in_child(store: RemoteStore, out: Any) -> None:
 def test_a_child_forked_after_obstore_started_reads_through_fsspec(monkeypatch: pytest.MonkeyPatch,
                                                                    s3_server: S3Server, s3_bucket: str) -> None:
     pytest.importorskip("obstore", reason="the obstore client needs obstore: pip install -e '.[dev]'")
-    monkeypatch.setenv("FASTLOAD_STORE_CLIENT", "auto")
+    monkeypatch.setenv("FASTLOAD_STORE_CLIENT", "obstore")
     s3_server.client().put_object(Bucket=s3_bucket, Key="folder/blob", Body=DATA)
     store = RemoteStore(f"s3://{s3_bucket}/folder", s3_server.storage_options())
     assert store.read_ranges([("blob", 0, 10)]) == [DATA[:10]] and store.client.name == "obstore"
@@ -153,11 +155,10 @@ def test_a_child_forked_after_obstore_started_reads_through_fsspec(monkeypatch: 
     assert any("forkserver" in text for text in said)
 
 
-def test_s3fs_only_options_choose_fsspec_or_are_refused(s3_server: S3Server, s3_bucket: str,
+def test_s3fs_only_options_are_refused_by_obstore(s3_server: S3Server, s3_bucket: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("obstore", reason="the obstore client needs obstore: pip install -e '.[dev]'")
     options = s3_server.storage_options(config_kwargs={"signature_version": "s3v4"})
-    assert RemoteStore(f"s3://{s3_bucket}/x", options).client.name == "fsspec"
     monkeypatch.setenv("FASTLOAD_STORE_CLIENT", "obstore")
     with pytest.raises(ValueError, match=r"config_kwargs\.signature_version are s3fs's own"):
         RemoteStore(f"s3://{s3_bucket}/x", options).client  # noqa: B018 - made on first use

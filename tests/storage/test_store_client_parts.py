@@ -72,14 +72,16 @@ def test_the_client_is_chosen_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("fsspec")
     monkeypatch.setenv("FASTLOAD_STORE_CLIENT", "fsspec")
     assert make_client("s3://b/x", "s3", {"anon": True}, 4).name == "fsspec"
-    monkeypatch.setenv("FASTLOAD_STORE_CLIENT", "auto")
+    monkeypatch.delenv("FASTLOAD_STORE_CLIENT")
+    assert make_client("s3://b/x", "s3", {"anon": True}, 4).name == "fsspec"  # the default
+    monkeypatch.setenv("FASTLOAD_STORE_CLIENT", "obstore")
     assert make_client("https://example.com/x", "https", {}, 4).name == "fsspec"  # obstore: s3:// only
     monkeypatch.setenv("FASTLOAD_STORE_CLIENT", "fast")
-    with pytest.raises(ValueError, match="store client 'fast' is unknown; use one of auto, obstore, fsspec"):
+    with pytest.raises(ValueError, match="store client 'fast' is unknown; use one of obstore, fsspec"):
         make_client("s3://b/x", "s3", {}, 4)
 
 
 def test_obstore_is_made_for_s3_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("obstore", reason="the obstore client needs obstore: pip install -e '.[dev]'")
-    monkeypatch.setenv("FASTLOAD_STORE_CLIENT", "auto")
+    monkeypatch.setenv("FASTLOAD_STORE_CLIENT", "obstore")
     assert make_client("s3://b/x", "s3", {"anon": True, "endpoint_url": "http://127.0.0.1:9"}, 4).name == "obstore"
