@@ -89,11 +89,19 @@ class TableRows:
                 files[table.path] = os.open(table.path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
                 return None  # pyarrow, reading it, names what is wrong
+        fd = files[table.path]
         try:
-            starts, lengths = table.image_spans(k, self.column, files[table.path])
+            starts, lengths = table.image_spans(k, self.column, fd)
         except Unsupported:
             return None
-        return _Spans(table, k, files[table.path], starts, lengths)
+        present = starts >= 0
+        if present.any():  # from a cold cache, the disk reads the batch while the rows before it are packed
+            first, end = int(starts[present].min()), int((starts + lengths)[present].max())
+            try:
+                os.posix_fadvise(fd, first, end - first, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass  # a file system without fadvise reads on demand
+        return _Spans(table, k, fd, starts, lengths)
 
     def _cell(self, table: TableFile, row: int) -> bytes | OSError:
         k = table.batch_of(row)
