@@ -21,6 +21,7 @@ PACKAGES: dict[str, tuple[str, str]] = {
     "datasets": ("datasets", "hf"),
     "ray": ("ray[data]", "ray"),
     "ray.data": ("ray[data]", "ray"),
+    "obstore": ("obstore", "remote"),
 }
 
 

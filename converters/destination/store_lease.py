@@ -146,29 +146,7 @@ def put_conditional(store: RemoteStore, name: str, data: bytes, if_match: str | 
     if store.scheme not in ("s3", "s3a"):
         raise PackError(f"{store.url}: packing to {store.scheme}:// needs conditional writes, which fastload "
                         "uses on S3-compatible stores only; pack to a local folder and copy it, or to s3://")
-    condition = {"IfNoneMatch": "*"} if if_match is None else {"IfMatch": if_match}
-    try:
-        store.retry.call(lambda: store.fs.pipe_file(store.path(name), data, **condition),
-                         lambda: f"writing {store.display(name)}")
-    except (OSError, FastloadError) as exc:
-        if _condition_failed(exc):
-            return None
-        raise
-    return store.stat(name).etag
-
-
-def _condition_failed(exc: BaseException | None) -> bool:
-    """A 412 (or a 409 of a write raced by another conditional write), as s3fs raises them, under
-    whatever the retry wrapped them in."""
-    for _ in range(4):
-        if exc is None:
-            return False
-        response = getattr(exc, "response", None) or {}
-        code = str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
-        if isinstance(exc, FileExistsError) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
-            return True
-        exc = exc.__cause__
-    return False
+    return store.put_if(name, data, if_match)  # through the store's client, obstore or fsspec
 
 
 def _stale(body: dict[str, Any]) -> bool:
