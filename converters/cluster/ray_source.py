@@ -32,23 +32,25 @@ from fastload.storage.location import is_remote
 def pack_on_ray(src: str | os.PathLike[str], out: str | os.PathLike[str] | None, *, address: str | None,
                 format: StorageKind = "lmdb", shard_size: str | int = "256MB", extensions: list[str] | None = None,
                 on_error: str = "fail", overwrite: bool = False, layout: Layout = "auto", check: str = "header",
-                max_pixels: int, max_file_size: str | int, mask_storage: str = "rows", progress: bool = True, **listing_options: Any,
-                ) -> PackReport:
+                max_pixels: int, max_file_size: str | int, mask_storage: str = "rows", progress: bool = True,
+                storage_options: dict[str, Any] | None = None, **listing_options: Any) -> PackReport:
     """Pack ``src`` (a folder, CSV/JSONL list, tables or WebDataset tars) into ``out`` on Ray: at
     ``address`` (``"auto"``: the running cluster; ``None``: a local Ray started for this pack, or
     the one this process is connected to already). ``listing_options``: ``list_to_pack``'s
     (``root``, ``allow_outside_root``, ``table``); the listing's skips are the report's too."""
     started = time.perf_counter()
-    if is_remote(src) or (out is not None and is_remote(out)):
-        raise SourceError(f"{src if is_remote(src) else out}: --ray packs a local (or shared) folder into a folder "
-                          "every node sees; copy a store prefix to a shared folder first, and upload OUT after")
+    if is_remote(src):
+        raise SourceError(f"{src}: --ray packs a local (or shared) folder; copy a store prefix to a shared folder "
+                          "first (OUT may be a store URL)")
     options = check_options(format, shard_size, None, on_error, None, None, check, max_pixels, False,
                             max_file_size, mask_storage)
     src_path = Path(src)
-    out_path = Path(os.path.realpath(out if out is not None else default_out(src_path)))
+    to_store = out is not None and is_remote(out)
+    out_path: Any = str(out) if to_store else Path(os.path.realpath(out if out is not None else default_out(src_path)))
     listing = list_to_pack(src, None, src_path, layout=layout, extensions=normalize_extensions(extensions),
                            on_error=on_error, options=options, sidecars=False, file_columns=(), **listing_options)
-    check_out_location(src_path, listing.root, out_path)
+    if not to_store:
+        check_out_location(src_path, listing.root, out_path)
     if listing.file_fields:
         raise SourceError(f"{src}: its records have file fields ({', '.join(listing.file_fields)}), which --ray "
                           "does not pack yet; pack without --ray")
@@ -60,7 +62,8 @@ def pack_on_ray(src: str | os.PathLike[str], out: str | os.PathLike[str] | None,
     sink = PackSink(out_path, image=IMAGE, label=LABEL if labelled else None, key=KEY, order=ORDER,
                    fields=dict(listing.fields), classes=listing.classes, format=format, shard_size=shard_size,
                    overwrite=overwrite, on_error=on_error, check=check, max_pixels=max_pixels,  # type: ignore[arg-type]
-                   max_file_size=max_file_size, mask_storage=mask_storage)  # type: ignore[arg-type]
+                   max_file_size=max_file_size, mask_storage=mask_storage,  # type: ignore[arg-type]
+                   storage_options=storage_options)
     listed_skips = [TaskPart(None, "", "", 0, [(s.rel, s.reason) for s in listing.skipped])] if listing.skipped else []
     spec = reader_spec(listing)
     started_here = not ray.is_initialized()

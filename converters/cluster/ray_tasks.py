@@ -26,7 +26,7 @@ RETRIES = 3  # Ray's re-runs of a task whose worker or node died (a task's own e
 
 def write_parts(spec: tuple[Any, ...], parts: list[Any], settings: SinkSettings) -> list[TaskPart | None]:
     """One task: each part's rows read (``spec``: ray_plan.reader_spec) and written as one dataset."""
-    if not os.path.isdir(settings.work):
+    if not settings.in_store and not os.path.isdir(settings.work):
         raise PackError(f"{settings.work}: not found from this node; OUT must be on a file system every node "
                         "of the cluster sees, at the path the driver sees it")
     read = ReadPayloads(spec)

@@ -66,8 +66,7 @@ def _pack_on_ray(args: argparse.Namespace) -> int:
 
     local_only = {"--max-side": args.max_side, "--quality": args.quality, "--restart-markers": args.restart_markers,
                   "--append": args.append, "--sidecars": args.sidecars, "--sidecar-names": args.sidecar_names,
-                  "--file-columns": args.file_columns, "--workers": args.workers, "--staging": args.staging,
-                  "--storage-option": args.storage_option}
+                  "--file-columns": args.file_columns, "--workers": args.workers, "--staging": args.staging}
     given = [flag for flag, value in local_only.items() if value]
     if given:
         raise SourceError(f"{args.src[0]}: {given[0]} is not for --ray packs yet (its tasks copy each file's bytes "
@@ -78,7 +77,8 @@ def _pack_on_ray(args: argparse.Namespace) -> int:
                          on_error=args.on_error, overwrite=args.overwrite, layout=args.layout, check=args.check,
                          max_pixels=args.max_pixels, max_file_size=args.max_file_size,
                          mask_storage=args.mask_storage or "rows", progress=not args.quiet, root=args.root,
-                         allow_outside_root=args.allow_outside_root, table=table)
+                         allow_outside_root=args.allow_outside_root, table=table,
+                         storage_options=_storage_options(args))
     print(report.summary())
     return 0
 

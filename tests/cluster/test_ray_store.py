@@ -267,3 +267,23 @@ def test_a_prefix_holding_a_users_object_is_refused_and_left_alone(bucket: Bucke
     with pytest.raises(PackError, match="not a fastload dataset's"):
         PackSink(bucket.url("mine.fl"), storage_options=bucket.options)
     assert bucket.read("mine.fl/notes.txt") == b"keep me"
+
+
+def test_cli_ray_packs_a_folder_to_the_store_as_a_local_pack(cluster: Any, bucket: Bucket,
+                                                             photos: tuple[Path, Path]) -> None:
+    """``fastload pack SRC --ray ADDRESS -o s3://...`` with the store's --storage-option flags: the
+    plain Ray tasks upload their parts, the driver publishes; a second run with --overwrite writes
+    the same index; only the dataset's objects stay."""
+    from fastload.cli import main
+
+    root, local = photos
+    flags = [f"--storage-option={key}={value if isinstance(value, str) else json.dumps(value)}"
+             for key, value in bucket.options.items()]
+    command = ["pack", str(root), "-o", bucket.url("cli.fl"), "--ray", cluster.address, "--shard-size", SHARD,
+               "--quiet", *flags]
+    assert main(command) == 0
+    assert_same_records(assert_only_the_dataset(bucket, "cli.fl"), local)
+    index = index_bytes(bucket, "cli.fl")
+    assert main([*command, "--overwrite"]) == 0
+    assert_only_the_dataset(bucket, "cli.fl")
+    assert index_bytes(bucket, "cli.fl") == index
