@@ -19,6 +19,7 @@ import argparse
 import io
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -126,14 +127,20 @@ def warm(path: Path) -> None:
 
 
 def pack_once(src: str, out: Path, options: dict) -> dict:
+    """One pack in a fresh process, its source read into the page cache just before and the last
+    pack's writes on disk; the report gains the child's user and system CPU-seconds."""
     shutil.rmtree(out, ignore_errors=True)
+    warm(Path(src))  # a row's source may have been pushed out of the cache by the other rows' packs
     os.sync()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
     done = subprocess.run([sys.executable, "-c", PACK_CHILD, src, str(out), json.dumps(options), str(REPO / "bench")],
                           check=False, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(f"pack of {src} failed (rc {done.returncode}):\n{done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "user_s": after.ru_utime - before.ru_utime,
+            "system_s": after.ru_stime - before.ru_stime}
 
 
 def main(args: argparse.Namespace) -> int:
@@ -149,6 +156,7 @@ def main(args: argparse.Namespace) -> int:
     for src, _ in rows.values():
         warm(Path(src))
     times: dict[str, list[float]] = {name: [] for name in rows}
+    cpu: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}
     reports: dict[str, dict] = {}
     names = list(rows)
     for repeat in range(-args.warmup, args.repeats):
@@ -158,8 +166,10 @@ def main(args: argparse.Namespace) -> int:
             if repeat < 0:
                 continue
             times[name].append(report["seconds"])
+            cpu[name].append((report["user_s"], report["system_s"]))
             reports[name] = report
-            print(f"{name:8s} repeat {repeat}: {report['seconds']:.2f} s", file=sys.stderr)
+            print(f"{name:8s} repeat {repeat}: {report['seconds']:.2f} s, CPU user {report['user_s']:.2f} s "
+                  f"system {report['system_s']:.2f} s", file=sys.stderr)
     folder_rate = len(files) / statistics.median(times["folder"])
     results = {}
     for name in rows:
@@ -167,9 +177,12 @@ def main(args: argparse.Namespace) -> int:
         rate = reports[name]["num_records"] / seconds
         results[name] = {"seconds": seconds, "all_seconds": times[name], "records": reports[name]["num_records"],
                          "records_per_s": rate, "vs_folder": rate / folder_rate,
+                         "user_s": statistics.median(u for u, _ in cpu[name]),
+                         "system_s": statistics.median(s for _, s in cpu[name]),
                          "meets_target": rate / folder_rate >= TARGET}
         print(f"| {name:8s} | {reports[name]['num_records']:6d} | {seconds:6.2f} s | {rate:7.0f} rec/s | "
-              f"{rate / folder_rate:4.2f}x |")
+              f"{rate / folder_rate:4.2f}x | CPU user {results[name]['user_s']:.2f} s, "
+              f"system {results[name]['system_s']:.2f} s |")
     if args.json:
         args.json.write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(),
                                          "repeats": args.repeats, "warmup": args.warmup, "results": results}, indent=1))
