@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from fastload.format.files import create_new, ensure_dir, write_all
+from fastload.format.files import create_new, ensure_dir, write_all, write_new
 from fastload.format.layout import INDEX_DIR, file_digest
-from fastload.format.manifest import IndexFile, fsync_dir, write_atomically
+from fastload.format.manifest import IndexFile, fsync_dir
 
 
 def encode_arrays(arrays: Sequence[np.ndarray], element: str) -> tuple[np.ndarray, np.ndarray]:
@@ -36,7 +36,11 @@ def encode_strings(values: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
 
 def write_columns(dataset_dir: Path, columns: dict[str, np.ndarray], folder: str = INDEX_DIR) -> dict[str, IndexFile]:
     """Write each column to ``index/<name>.npy`` (an appended version's: ``index/v00002/<name>.npy``),
-    fsynced, and return manifest entries with digests."""
+    fsynced, and return manifest entries with digests.
+
+    Each column goes through a temp file, fsync and rename; the folder is fsynced once, after the
+    last rename (its renames are durable before the manifest, written after, names them): one sync
+    of the folder instead of one a column, ~10 of a pack's ~20 syncs, which a Ray pack pays per part."""
     ensure_dir(dataset_dir / INDEX_DIR)
     ensure_dir(dataset_dir / folder)
     entries = {}
@@ -45,8 +49,12 @@ def write_columns(dataset_dir: Path, columns: dict[str, np.ndarray], folder: str
         np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
         data = buf.getvalue()
         rel = f"{folder}/{name}.npy"
-        write_atomically(dataset_dir / rel, data)
+        path = dataset_dir / rel
+        tmp = path.with_name(path.name + ".tmp")
+        write_new(tmp, data)  # fsynced; a link planted at either name is replaced, never written through
+        os.replace(tmp, path)
         entries[name] = IndexFile(file=rel, dtype=str(array.dtype), digest=file_digest(data))
+    fsync_dir(dataset_dir / folder)
     return entries
 
 
