@@ -3,10 +3,13 @@ read as a seekable file over ranged GETs, and tar members fetched in flight at p
 
 A URL names one object (``s3://bucket/table.parquet``), a brace list of them
 (``s3://bucket/shards/data-{000000..000099}.tar``) or a prefix holding them (``s3://bucket/shards/``:
-its ``.tar`` or ``.parquet`` objects, not those under deeper prefixes).
+its ``.tar`` or table objects (``.parquet``, ``.arrow``, ``.feather``), not those under deeper
+prefixes; a ``save_to_disk`` folder's data files in the order its ``state.json`` lists them).
 
 Parquet: pyarrow reads the footer and then one row group's columns at a time through ``StoreFile``,
-each read a ranged GET of exactly those bytes: no object is downloaded whole.
+each read a ranged GET of exactly those bytes: no object is downloaded whole. Arrow IPC files and
+streams hold their row counts in each batch's own message, so their batches are fetched (in
+``TAR_BLOCK`` GETs) once to list the rows and again to pack them, one batch in memory at a time.
 
 Tars: a member's offset is known only by walking the headers between members, and one GET per
 header would cost a round trip per member. So listing streams each tar once, in ``TAR_BLOCK`` GETs
@@ -24,6 +27,7 @@ An object's ETag stands in for a file's mtime in the shard plan: a changed objec
 from __future__ import annotations
 
 import io
+import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +38,13 @@ import xxhash
 from fastload.converters.packing.readahead import fetch_in_order
 from fastload.converters.sources.folders import _suffix
 from fastload.converters.sources.items import SourceItem, SourceListing
-from fastload.converters.sources.table_files import TABLE_SUFFIXES, ParquetTable
+from fastload.converters.sources.table_files import (
+    HF_DICT,
+    HF_STATE,
+    TABLE_SUFFIXES,
+    IpcTable,
+    ParquetTable,
+)
 from fastload.converters.sources.tars import TAR_SUFFIX, expand_braces
 
 from fastload.errors import SourceError, SourceNotFoundError
@@ -125,7 +135,7 @@ def store_source(store: RemoteStore, layout: str) -> tuple[str, RemoteStore, lis
     top = [o for o in objects if "/" not in o[0] and not o[0].startswith(".")]
     nested = any("/" in name and not name.startswith(".") for name, _, _ in objects)
     tars = [o for o in top if o[0].lower().endswith(TAR_SUFFIX)]
-    tables = [o for o in top if o[0].lower().endswith(".parquet")]
+    tables = _saved_dataset(store, top) or [o for o in top if o[0].lower().endswith(TABLE_SUFFIXES)]
     images = nested or any(name.lower().endswith(IMAGE_EXTENSIONS) for name, _, _ in top)
     for kind, chosen, form in (("tars", tars, "webdataset"), ("tables", tables, "table")):
         if layout == form or (layout == "auto" and chosen and not images):
@@ -141,9 +151,9 @@ def _named_objects(store: RemoteStore) -> tuple[str, RemoteStore, list[Object], 
     base = store.url[:store.url.rfind("/", 0, brace if brace >= 0 else len(store.url))]
     urls = expand_braces(store.url)
     kind = "tars" if urls[0].lower().endswith(TAR_SUFFIX) else "tables"
-    if not all(u.lower().endswith(".parquet" if kind == "tables" else TAR_SUFFIX) for u in urls):
-        raise SourceError(f"{store.url}: names neither .tar nor .parquet objects only; Arrow and Feather "
-                          "files in a store are not read in place yet: copy them to a local folder first")
+    if not all(u.lower().endswith(TABLE_SUFFIXES if kind == "tables" else (TAR_SUFFIX,)) for u in urls):
+        raise SourceError(f"{store.url}: names neither .tar objects only nor tables only "
+                          f"({', '.join(TABLE_SUFFIXES)}); name one kind at a time")
     folder = RemoteStore(base, store.options, retry=store.retry, max_in_flight=store.max_in_flight)
     names = [u[len(base) + 1:] for u in urls]
 
@@ -161,6 +171,27 @@ def _named_objects(store: RemoteStore) -> tuple[str, RemoteStore, list[Object], 
                                   f"{len(names)} that {store.url} names are missing); check the URL, or "
                                   "upload them first")
     return kind, folder, objects, Counter()  # type: ignore[return-value]
+
+
+def _saved_dataset(store: RemoteStore, top: list[Object]) -> list[Object] | None:
+    """A ``save_to_disk`` folder in the store: its data files in the order its state.json lists
+    them (as a local one is read), or None when the prefix holds no state.json."""
+    names = {name: (name, size, etag) for name, size, etag in top}
+    if HF_DICT in names:
+        raise SourceError(f"{store.url}: a Hugging Face DatasetDict; pack one split at a time: "
+                          f"{store.url.rstrip('/')}/train (or the split you want)")
+    if HF_STATE not in names:
+        return None
+    try:
+        state = json.loads(store.read_ranges([(HF_STATE, 0, names[HF_STATE][1])])[0])
+        files = [f["filename"] for f in state["_data_files"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SourceError(f"{store.display(HF_STATE)}: not a save_to_disk state file ({exc}); save the "
+                          "dataset again with save_to_disk") from None
+    missing = [f for f in files if f not in names]
+    if missing:
+        raise SourceNotFoundError(f"{store.display(missing[0])}: no such object, though {HF_STATE} lists it")
+    return [names[f] for f in files]
 
 
 def _version(etag: str) -> int:
@@ -185,12 +216,16 @@ def list_store_tars(url: str, folder: RemoteStore, objects: list[Object], *, on_
 
 def list_store_tables(url: str, folder: RemoteStore, objects: list[Object], *,
                       max_file_size: int | None, **table: Any) -> SourceListing:
-    """Every row of the Parquet ``objects`` of ``folder``, read through ranged GETs."""
+    """Every row of the table ``objects`` of ``folder`` (Parquet, Arrow IPC / Feather, a save_to_disk
+    folder's data files), read through ranged GETs."""
     from fastload.converters.sources.tables import list_opened_tables
 
     if not objects:
-        raise SourceNotFoundError(f"{url}: no .parquet objects under this prefix; check the URL (and the "
-                                  "credentials' access to listing it), or upload the tables first")
+        raise SourceNotFoundError(f"{url}: no {', '.join(TABLE_SUFFIXES)} objects under this prefix; check the "
+                                  "URL (and the credentials' access to listing it), or upload the tables first")
     tables = [ParquetTable(folder.display(name), name, StoreFile(folder, name, size), _version(etag))  # type: ignore[arg-type]
+              if name.lower().endswith(".parquet") else
+              IpcTable(folder.display(name), name,  # type: ignore[arg-type]
+                       lambda name=name, size=size: StoreFile(folder, name, size, TAR_BLOCK), _version(etag))
               for name, size, etag in objects]
     return list_opened_tables(folder.url, tables, max_file_size=max_file_size, **table)

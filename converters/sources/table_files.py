@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -171,35 +171,45 @@ class ParquetTable(TableFile):
 class IpcTable(TableFile):
     """An Arrow IPC file (Feather v2) or stream (a save_to_disk ``data-*.arrow``), memory-mapped:
     a batch's columns are read in place (decompressed only when the file is compressed). A stream
-    is read forwards; a batch before the last one read opens it again."""
+    is read forwards; a batch before the last one read opens it again. ``source``: what opens the
+    file afresh for each pass (an object of a store: converters.sources.store_files, whose batches
+    are then fetched once to count their rows and again to pack them, one batch in memory at a
+    time, as a store's tars are), ``version`` its ETag's hash, standing in for a file's mtime."""
 
-    def __init__(self, path: Path, name: str) -> None:
+    def __init__(self, path: Path, name: str, source: Callable[[], Any] | None = None, version: int = 0) -> None:
         pa, self.ipc = arrow(), require("pyarrow.ipc", "packing Arrow tables")
+        self.open = source or (lambda: pa.memory_map(str(path)))
         self.stream: Iterator[Any] | None = None
         self.next_batch, self.columns = 0, list[str]()
         try:
-            self.file = self.ipc.open_file(pa.memory_map(str(path)))
+            self.file = self.ipc.open_file(self.open())
             rows = [self.file.get_batch(k).num_rows for k in range(self.file.num_record_batches)]
             schema = self.file.schema
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
+            if is_unreachable(exc):
+                raise
             self.file = None
             try:
-                reader = self.ipc.open_stream(pa.memory_map(str(path)))
+                reader = self.ipc.open_stream(self.open())
                 schema, rows = reader.schema, [batch.num_rows for batch in reader]
             except (OSError, ValueError) as exc:
+                if is_unreachable(exc):
+                    raise
                 raise SourceError(f"{path}: neither an Arrow IPC file (Feather v2) nor an Arrow stream ({exc}); "
                                   "re-write it with pyarrow.feather.write_feather, or leave it out") from None
         super().__init__(path, name, schema, rows)
+        if source is not None:
+            self.mtime_ns = version
 
     def read(self, k: int, columns: list[str]) -> Any:
         pa = arrow()
         options = self.ipc.IpcReadOptions(included_fields=[self.schema.get_field_index(c) for c in columns])
         if self.file is not None:
-            reader = self.ipc.open_file(pa.memory_map(str(self.path)), options=options)
+            reader = self.ipc.open_file(self.open(), options=options)
             return pa.Table.from_batches([reader.get_batch(k)]).select(columns)
         if self.stream is None or k < self.next_batch or self.columns != columns:
             self.stream, self.next_batch, self.columns = iter(self.ipc.open_stream(
-                pa.memory_map(str(self.path)), options=options)), 0, columns
+                self.open(), options=options)), 0, columns
         while True:  # earlier batches are passed over: in place, nothing is read but their headers
             batch, self.next_batch = next(self.stream), self.next_batch + 1
             if self.next_batch - 1 == k:

@@ -1,6 +1,7 @@
-"""WebDataset tars and Parquet tables in an object store as pack sources (issue 27): packed from their
-s3:// URLs (a brace list, a prefix, one object) to the records the same files pack to from disk; a
-Parquet file read by ranged GETs (never whole); a missing or damaged object named by its URL."""
+"""WebDataset tars and tables (Parquet, Arrow/Feather, save_to_disk folders) in an object store as
+pack sources (issue 27): packed from their s3:// URLs (a brace list, a prefix, one object) to the
+records the same files pack to from disk; a Parquet file read by ranged GETs (never whole); a
+missing or damaged object named by its URL."""
 
 from __future__ import annotations
 
@@ -113,3 +114,39 @@ def test_a_damaged_tar_in_the_store_is_named_by_its_url(made, s3_server, tmp_pat
     report = pack(f"{url}/damaged/data-000000.tar", tmp_path / "d.fl", progress=False, storage_options=opts,
                   on_error="skip")
     assert 0 < report.num_records < PER_TAR and report.skipped >= 1
+
+
+def test_feather_arrow_streams_and_a_saved_dataset_pack_from_the_store_as_from_disk(made, tmp_path):
+    """Arrow IPC files (Feather v2) and streams, and a save_to_disk folder (its data files in its
+    state.json's order, not the listing's), each packed from the store to the records of the same
+    files on disk; a DatasetDict prefix is refused with the split to name."""
+    datasets = pytest.importorskip("datasets")
+    feather = pytest.importorskip("pyarrow.feather")
+    ipc = pytest.importorskip("pyarrow.ipc")
+    root, url, opts = made
+    table = _table(table_samples())
+    local = tmp_path / "local"
+    local.mkdir()
+    feather.write_feather(table, local / "t.feather", chunksize=4)
+    with ipc.new_stream(local / "s.arrow", table.schema) as stream:
+        for batch in table.to_batches(max_chunksize=5):
+            stream.write_batch(batch)
+    saved = datasets.Dataset.from_list(table_samples())
+    saved.save_to_disk(str(tmp_path / "saved"), max_shard_size="2KB")
+    assert len(list((tmp_path / "saved").glob("*.arrow"))) > 1  # several data files, in state.json's order
+    store = RemoteStore(f"{url}/ipc", opts)
+    for path in [local / "t.feather", local / "s.arrow", *sorted((tmp_path / "saved").iterdir())]:
+        store.put_file(path, path.relative_to(tmp_path).as_posix() if path.parent.name == "saved" else path.name)
+    for name in ("t.feather", "s.arrow"):
+        pack(local / name, tmp_path / f"{name}-local.fl", progress=False)
+        pack(f"{url}/ipc/{name}", tmp_path / f"{name}.fl", progress=False, storage_options=opts)
+        _same(fastload.PackedDataset(tmp_path / f"{name}.fl"), fastload.PackedDataset(tmp_path / f"{name}-local.fl"))
+    pack(tmp_path / "saved", tmp_path / "saved-local.fl", progress=False, image_column="jpg")
+    pack(f"{url}/ipc/saved/", tmp_path / "saved.fl", progress=False, storage_options=opts, image_column="jpg")
+    _same(fastload.PackedDataset(tmp_path / "saved.fl"), fastload.PackedDataset(tmp_path / "saved-local.fl"))
+    assert len(fastload.PackedDataset(tmp_path / "saved.fl")) == len(table)
+
+    datasets.DatasetDict({"train": saved}).save_to_disk(str(tmp_path / "dict"))
+    store.put_file(tmp_path / "dict" / "dataset_dict.json", "dict/dataset_dict.json")
+    with pytest.raises(SourceError, match=r"/ipc/dict: a Hugging Face DatasetDict; pack one split at a time"):
+        pack(f"{url}/ipc/dict/", tmp_path / "dict.fl", progress=False, storage_options=opts)
