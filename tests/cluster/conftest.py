@@ -4,6 +4,7 @@ of tests/cluster (the folder and the store modules share it)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,3 +26,23 @@ def cluster() -> Iterator[Any]:
     finally:
         ray.shutdown()
         made.shutdown()
+
+
+def write_photo_tables(files: list[Path], tables: Path, row_group: int) -> Path:
+    """``files`` as two Parquet tables in ``tables``: a key, the JPEG bytes, the class name
+    (``species``), a caption and a score; rows keep the files' order, file by file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables.mkdir()
+    half = len(files) // 2
+    for part, rows in enumerate((range(half), range(half, len(files)))):
+        pq.write_table(pa.table({
+            "key": [f"{i:06d}" for i in rows],
+            "jpg": pa.array([files[i].read_bytes() for i in rows], pa.binary()),
+            "species": [files[i].parent.name for i in rows],
+            "caption": [f"photo {i}" for i in rows],
+            "score": [i / 7 for i in rows],
+        }), tables / f"part-{part}.parquet", row_group_size=row_group)
+    return tables
+

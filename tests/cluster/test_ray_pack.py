@@ -18,13 +18,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.cluster.conftest import write_photo_tables
 from tests.conftest import many_small_jpegs
 
 ray = pytest.importorskip("ray", reason="the Ray tests need ray[data]: pip install -e '.[ray]'")
 pytest.importorskip("pyarrow")
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from ray.cluster_utils import Cluster
 
 import fastload
@@ -88,18 +87,7 @@ def test_folder_packs_as_a_local_pack_does(cluster: Cluster, photos: tuple[Path,
 def test_parquet_table_packs_as_a_local_pack_does(cluster: Cluster, photos: tuple[Path, Path], tmp_path: Path) -> None:
     from fastload.ray import PackSink
 
-    files = sorted(photos[0].rglob("*.jpg"))
-    tables = tmp_path / "tables"
-    tables.mkdir()
-    for part in range(2):  # two files: rows keep the table's order, file by file
-        rows = range(part * IMAGES // 2, (part + 1) * IMAGES // 2)
-        pq.write_table(pa.table({
-            "key": [f"{i:06d}" for i in rows],
-            "jpg": pa.array([files[i].read_bytes() for i in rows], pa.binary()),
-            "species": [files[i].parent.name for i in rows],
-            "caption": [f"photo {i}" for i in rows],
-            "score": [i / 7 for i in rows],
-        }), tables / f"part-{part}.parquet", row_group_size=8)
+    tables = write_photo_tables(sorted(photos[0].rglob("*.jpg")), tmp_path / "tables", row_group=8)
     local = tmp_path / "local.fl"
     fastload.pack(tables, local, image_column="jpg", label_column="species")
     sink = PackSink(tmp_path / "ray.fl", image="jpg", label="species", key="key", fields=("caption", "score"),

@@ -24,14 +24,13 @@ from typing import Any
 
 import pytest
 
+from tests.cluster.conftest import write_photo_tables
 from tests.conftest import REPO, many_small_jpegs
 from tests.remote.conftest import s3_server  # noqa: F401 - the session's moto server
 
 ray = pytest.importorskip("ray", reason="the Ray tests need ray[data]: pip install -e '.[ray]'")
 pytest.importorskip("pyarrow")
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 import fastload
 from fastload.errors import PackError
@@ -147,15 +146,7 @@ def test_a_folder_packs_to_the_store_as_a_local_pack_does(cluster: Any, bucket: 
 
 def test_a_parquet_table_packs_to_the_store_as_a_local_pack_does(cluster: Any, bucket: Bucket,
                                                                  photos: tuple[Path, Path], tmp_path: Path) -> None:
-    files = sorted(photos[0].rglob("*.jpg"))
-    tables = tmp_path / "tables"
-    tables.mkdir()
-    for part in range(2):  # two files: rows keep the table's order, file by file
-        rows = range(part * IMAGES // 2, (part + 1) * IMAGES // 2)
-        pq.write_table(pa.table({
-            "key": [f"{i:06d}" for i in rows], "jpg": pa.array([files[i].read_bytes() for i in rows], pa.binary()),
-            "species": [files[i].parent.name for i in rows], "caption": [f"photo {i}" for i in rows],
-        }), tables / f"part-{part}.parquet", row_group_size=4)
+    tables = write_photo_tables(sorted(photos[0].rglob("*.jpg")), tmp_path / "tables", row_group=4)
     fastload.pack(tables, tmp_path / "local.fl", image_column="jpg", label_column="species")
     pack(ray.data.read_parquet(str(tables)), bucket, "table.fl", image="jpg", label="species", key="key",
          fields=("caption",))
