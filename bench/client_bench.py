@@ -18,7 +18,8 @@ process, bodies spliced) sits in front. Every row runs in a fresh process with
 
 The client's CPU is the row process's own (all its threads: obstore's runtime runs in-process).
 A row process that aborts as it exits, after printing its result, is counted (``aborted_at_exit``):
-obstore's asyncio bindings do that now and then. Nothing asserts on time.
+obstore's asyncio bindings did that now and then (fastload now uses its blocking calls). Nothing
+asserts on time.
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ def _in_fresh_process(row: str, client: str, a: dict[str, Any]) -> dict[str, Any
     if not lines or not lines[-1].startswith("{"):
         raise RuntimeError(f"row {row!r} with {client} failed ({done.returncode}): {done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(lines[-1])
-    # obstore's asyncio bindings abort a process now and then as it exits (a tokio thread waking an
+    # obstore's asyncio bindings aborted a process now and then as it exits (a tokio thread waking an
     # asyncio loop during finalization): the row's work was done and printed; the exit is counted
     result["aborted_at_exit"] = int(done.returncode != 0)
     if result["client"] != client:

@@ -52,6 +52,8 @@ def s3_settings(url: str, options: dict[str, Any]) -> tuple[str, str, dict[str, 
         "timeout": timedelta(minutes=30),
         "pool_max_idle_per_host": str(int(config.get("max_pool_connections", 64))),
     }
+    if config.get("read_timeout") is not None:  # botocore's meaning: the most seconds between two reads
+        settings["client_options"]["read_timeout"] = timedelta(seconds=float(config["read_timeout"]))
     # fastload retries itself (bounded, with jitter, naming the object): obstore's own retries off
     settings["retry_config"] = {"max_retries": 0, "retry_timeout": timedelta(minutes=5)}
     return bucket, prefix.strip("/"), settings

@@ -66,7 +66,7 @@ async def _get_s3(fs: Any, path: str, start: int, end: int) -> bytes:
     try:
         announced = response.get("ContentLength")
         if announced is not None and announced > want:
-            raise _too_long(want, f"{announced} bytes (its Content-Length)", response)
+            raise too_long(want, f"{announced} bytes (its Content-Length)", response)
         # the body's share of the deadline follows the bytes that will come, not the bytes asked for
         expected = want if announced is None else announced
         left = began + request_deadline(expected) - time.monotonic()
@@ -82,7 +82,7 @@ async def _get_other(fs: Any, path: str, start: int, end: int) -> bytes:
     async with _deadline(request_deadline(end - start), "end"):
         data: bytes = await fs._cat_file(path, start=start, end=end)
     if len(data) > end - start:
-        raise _too_long(end - start, f"{len(data)} bytes", None)
+        raise too_long(end - start, f"{len(data)} bytes", None)
     return data
 
 
@@ -93,12 +93,13 @@ async def _read_body(body: Any, want: int, response: dict[str, Any]) -> bytes:
     while piece := await body.read(min(PIECE, want - got + 1)):
         got += len(piece)
         if got > want:
-            raise _too_long(want, f"{want + 1} or more bytes", response)
+            raise too_long(want, f"{want + 1} or more bytes", response)
         pieces.append(piece)
     return b"".join(pieces)
 
 
-def _too_long(want: int, found: str, response: dict[str, Any] | None) -> BodyTooLong:
+def too_long(want: int, found: str, response: dict[str, Any] | None) -> BodyTooLong:
+    """The error of a body holding more than the ``want`` bytes asked for (``found``: what came)."""
     status = (response or {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
     answered = f" (HTTP {status})" if status else ""
     return BodyTooLong(f"the store answered{answered} with {found} where {want} were asked for (it "
@@ -118,7 +119,12 @@ async def _deadline(limit: float, waiting: str, left: float | None = None) -> As
     except TimeoutError as exc:
         if not timeout.expired():
             raise
-        raise DeadlineExceeded(
-            f"the response did not {waiting} within its deadline of {limit:.1f} s (a stalled or slow-dripping "
-            "store, or a Content-Length larger than the body sent); FASTLOAD_REQUEST_TIMEOUT sets the "
-            f"deadline's base, now {request_timeout():g} s") from exc
+        raise deadline_exceeded(limit, waiting) from exc
+
+
+def deadline_exceeded(limit: float, waiting: str) -> DeadlineExceeded:
+    """The error of a response that did not ``waiting`` ("begin", "end") within ``limit`` seconds."""
+    return DeadlineExceeded(
+        f"the response did not {waiting} within its deadline of {limit:.1f} s (a stalled or slow-dripping "
+        "store, or a Content-Length larger than the body sent); FASTLOAD_REQUEST_TIMEOUT sets the "
+        f"deadline's base, now {request_timeout():g} s")

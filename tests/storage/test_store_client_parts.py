@@ -52,12 +52,13 @@ def test_an_entry_not_admitted_has_no_span_writer(tmp_path) -> None:
 def test_fsspec_options_become_obstore_settings() -> None:
     bucket, prefix, settings = s3_settings("s3://bucket/a/b.fl", {
         "key": "K", "secret": "S", "endpoint_url": "http://127.0.0.1:9000/",
-        "client_kwargs": {"region_name": "eu-west-1"}, "config_kwargs": {"connect_timeout": 3}})
+        "client_kwargs": {"region_name": "eu-west-1"}, "config_kwargs": {"connect_timeout": 3, "read_timeout": 2}})
     assert (bucket, prefix) == ("bucket", "a/b.fl")
     assert settings["access_key_id"] == "K" and settings["secret_access_key"] == "S"
     assert settings["region"] == "eu-west-1" and settings["endpoint"] == "http://127.0.0.1:9000"
     assert settings["virtual_hosted_style_request"] is False and settings["client_options"]["allow_http"]
     assert settings["client_options"]["connect_timeout"].total_seconds() == 3
+    assert settings["client_options"]["read_timeout"].total_seconds() == 2
     assert settings["retry_config"]["max_retries"] == 0  # fastload retries
     assert s3_settings("s3://bucket", {"anon": True})[2]["skip_signature"] is True
 
@@ -85,3 +86,11 @@ def test_obstore_is_made_for_s3_when_installed(monkeypatch: pytest.MonkeyPatch) 
     pytest.importorskip("obstore", reason="the obstore client needs obstore: pip install -e '.[dev]'")
     monkeypatch.setenv("FASTLOAD_STORE_CLIENT", "obstore")
     assert make_client("s3://b/x", "s3", {"anon": True, "endpoint_url": "http://127.0.0.1:9"}, 4).name == "obstore"
+
+
+def test_a_get_is_bounded_by_its_size_class() -> None:
+    pytest.importorskip("obstore", reason="the obstore client needs obstore: pip install -e '.[dev]'")
+    from fastload.storage.client_obstore import size_class
+
+    assert [size_class(n) for n in (1, 1 << 16, (1 << 16) + 1, 3 << 20, 4 << 20)] == \
+        [1 << 16, 1 << 16, 1 << 17, 4 << 20, 4 << 20]
