@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import weakref
@@ -66,8 +67,17 @@ class _RangeStream(io.RawIOBase):
         return self.pos
 
     def readinto(self, buffer: Any) -> int:
+        # h5py calls this holding its lock; a garbage collection in another thread (one reading for
+        # us, or any other) that freed an h5py object would wait for that lock while we wait for it:
+        # none runs until the read is done
         size = max(0, min(len(buffer), self.shard.size - self.pos))
         if size:
-            memoryview(buffer).cast("B")[:size] = self.shard.read_at(self.pos, size)
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                memoryview(buffer).cast("B")[:size] = self.shard.read_at(self.pos, size)
+            finally:
+                if collecting:
+                    gc.enable()
             self.pos += size
         return size
