@@ -1,4 +1,4 @@
-"""The two object-store clients side by side: obstore and fsspec/s3fs (the default), on the same rows.
+"""The two object-store clients side by side: obstore (the default for s3://) and fsspec/s3fs, on the same rows.
 
     python bench/client_bench.py bench/data/photos.fl --json bench/results/clients.json
 

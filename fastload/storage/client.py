@@ -1,9 +1,10 @@
 """The object-store client under a RemoteStore: what it must do (see client_choice for which one).
 
 Two clients implement it: ``obstore`` (Rust ``object_store``: no aiohttp/botocore, bodies streamed
-in large buffers; S3 and S3-compatible stores) and ``fsspec`` (s3fs, gcsfs, adlfs, http: every
-scheme; the default). ``FASTLOAD_STORE_CLIENT`` (``fsspec``, ``obstore``) or ``RemoteStore(client=...)``
-chooses; obstore serves s3:// only, other schemes always go through fsspec.
+in large buffers; S3 and S3-compatible stores; the default for s3:// where it can serve) and
+``fsspec`` (s3fs, gcsfs, adlfs, http: every scheme). ``FASTLOAD_STORE_CLIENT`` (``fsspec``,
+``obstore``) or ``RemoteStore(client=...)`` chooses; obstore serves s3:// only, other schemes always
+go through fsspec.
 """
 
 from __future__ import annotations

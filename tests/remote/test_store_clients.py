@@ -1,4 +1,4 @@
-"""Both store clients (fsspec, the default, and obstore) hold the same contract against the real moto
+"""Both store clients (obstore, the default for s3://, and fsspec) hold the same contract against the real moto
 server: reads, streamed reads, listings, uploads, conditional publishes, ETags, and the faults of
 the fault proxy retried (or not) alike."""
 

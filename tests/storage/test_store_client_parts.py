@@ -73,8 +73,6 @@ def test_the_client_is_chosen_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("fsspec")
     monkeypatch.setenv("FASTLOAD_STORE_CLIENT", "fsspec")
     assert make_client("s3://b/x", "s3", {"anon": True}, 4).name == "fsspec"
-    monkeypatch.delenv("FASTLOAD_STORE_CLIENT")
-    assert make_client("s3://b/x", "s3", {"anon": True}, 4).name == "fsspec"  # the default
     monkeypatch.setenv("FASTLOAD_STORE_CLIENT", "obstore")
     assert make_client("https://example.com/x", "https", {}, 4).name == "fsspec"  # obstore: s3:// only
     monkeypatch.setenv("FASTLOAD_STORE_CLIENT", "fast")
@@ -86,6 +84,18 @@ def test_obstore_is_made_for_s3_when_installed(monkeypatch: pytest.MonkeyPatch) 
     pytest.importorskip("obstore", reason="the obstore client needs obstore: pip install -e '.[dev]'")
     monkeypatch.setenv("FASTLOAD_STORE_CLIENT", "obstore")
     assert make_client("s3://b/x", "s3", {"anon": True, "endpoint_url": "http://127.0.0.1:9"}, 4).name == "obstore"
+
+
+def test_the_default_is_obstore_for_s3_where_it_can_serve(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("obstore", reason="the obstore client needs obstore: pip install -e '.[dev]'")
+    pytest.importorskip("s3fs")
+    monkeypatch.delenv("FASTLOAD_STORE_CLIENT", raising=False)
+    assert make_client("s3://b/x", "s3", {"anon": True}, 4).name == "obstore"
+    assert make_client("s3a://b/x", "s3a", {"anon": True}, 4).name == "obstore"
+    # options only s3fs takes: the default reads through s3fs, as it did before obstore was the default
+    assert make_client("s3://b/x", "s3", {"anon": True, "requester_pays": True}, 4).name == "fsspec"
+    monkeypatch.setenv("FASTLOAD_STORE_CLIENT", "fsspec")  # the way back
+    assert make_client("s3://b/x", "s3", {"anon": True}, 4).name == "fsspec"
 
 
 def test_a_get_is_bounded_by_its_size_class() -> None:
