@@ -132,7 +132,7 @@ def test_a_user_transform_error_keeps_its_type_and_names_the_record(id_set, mode
 
 def test_an_abandoned_threads_mode_iteration_stops_its_thread(id_set):
     ds = fastload.PackedDataset(id_set(), image_size=16)
-    loader = fastload.DataLoader(ds, batch_size=2, shuffle=False)
+    loader = fastload.DataLoader(ds, batch_size=2, shuffle=False, mode="threads")
     assert loader.settings.mode == "threads"
     for k, _ in enumerate(loader):
         if k == 2:

@@ -86,7 +86,7 @@ def test_skipped_records_leave_dict_batches_counted_and_dali_refuses_fields(data
     damaged = copy_dataset(dataset, tmp_path / "damaged.fl")
     flip_payload_byte(damaged, 3)
     ds = fastload.PackedDataset(damaged, image_size=32, fields=("image", "caption"), on_error="skip")
-    loader = fastload.DataLoader(ds, batch_size=4, shuffle=False)
+    loader = fastload.DataLoader(ds, batch_size=4, shuffle=False, mode="threads")  # the warning in this process
     with pytest.warns(fastload.errors.SkippedRecordWarning):
         batches = list(loader)
     captions = [c for b in batches for c in b["caption"]]
