@@ -27,7 +27,6 @@ An object's ETag stands in for a file's mtime in the shard plan: a changed objec
 from __future__ import annotations
 
 import io
-import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +43,7 @@ from fastload.converters.sources.table_files import (
     TABLE_SUFFIXES,
     IpcTable,
     ParquetTable,
+    saved_data_files,
 )
 from fastload.converters.sources.tars import TAR_SUFFIX, expand_braces
 
@@ -182,12 +182,7 @@ def _saved_dataset(store: RemoteStore, top: list[Object]) -> list[Object] | None
                           f"{store.url.rstrip('/')}/train (or the split you want)")
     if HF_STATE not in names:
         return None
-    try:
-        state = json.loads(store.read_ranges([(HF_STATE, 0, names[HF_STATE][1])])[0])
-        files = [f["filename"] for f in state["_data_files"]]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SourceError(f"{store.display(HF_STATE)}: not a save_to_disk state file ({exc}); save the "
-                          "dataset again with save_to_disk") from None
+    files = saved_data_files(store.read_ranges([(HF_STATE, 0, names[HF_STATE][1])])[0], store.display(HF_STATE))
     missing = [f for f in files if f not in names]
     if missing:
         raise SourceNotFoundError(f"{store.display(missing[0])}: no such object, though {HF_STATE} lists it")

@@ -54,11 +54,11 @@ def table_paths(src: Path) -> tuple[Path, list[Path]]:
                           f"pack one split at a time: {src / (splits[0] if splits else 'train')}")
     if (src / HF_STATE).is_file():
         try:
-            names = [f["filename"] for f in json.loads((src / HF_STATE).read_text())["_data_files"]]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            text = (src / HF_STATE).read_bytes()
+        except OSError as exc:
             raise SourceError(f"{src / HF_STATE}: not a save_to_disk state file ({exc}); "
                               "save the dataset again with save_to_disk") from None
-        paths = [src / name for name in names]
+        paths = [src / name for name in saved_data_files(text, src / HF_STATE)]
         missing = [p for p in paths if not p.is_file()]
         if missing:
             raise SourceNotFoundError(f"{missing[0]}: no such file, though {HF_STATE} lists it")
@@ -67,6 +67,16 @@ def table_paths(src: Path) -> tuple[Path, list[Path]]:
     if not paths:
         raise SourceError(f"{src}: no {', '.join(TABLE_SUFFIXES)} files in this folder")
     return src, paths
+
+
+def saved_data_files(state: bytes, where: object) -> list[str]:
+    """The data files a ``save_to_disk`` folder's state.json (its bytes; ``where`` names it in an
+    error) lists, in the order its rows are in."""
+    try:
+        return [f["filename"] for f in json.loads(state)["_data_files"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SourceError(f"{where}: not a save_to_disk state file ({exc}); "
+                          "save the dataset again with save_to_disk") from None
 
 
 class TableFile:
