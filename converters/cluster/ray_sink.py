@@ -6,22 +6,18 @@ folder every node sees (converters.cluster.folder_target) or in an object store
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from fastload.converters.cluster.folder_target import FolderTarget
-from fastload.converters.cluster.store_target import StoreTarget
+from fastload.converters.cluster.cluster_pack import ClusterPack
 from fastload.converters.cluster.task_shards import SinkSettings, TaskPart, write_rows
 from fastload.converters.packing.report import PackReport
-from fastload.converters.writers import WRITERS
 from ray.data.block import Block, BlockAccessor
 from ray.data.datasource.datasink import Datasink, WriteResult
 
-from fastload.config import MAX_FILE_SIZE, MAX_PIXELS, parse_size
+from fastload.config import MAX_FILE_SIZE, MAX_PIXELS
 from fastload.format import StorageKind
-from fastload.storage.location import is_remote
 
 
 class PackSink(Datasink[TaskPart | None]):
@@ -62,46 +58,39 @@ class PackSink(Datasink[TaskPart | None]):
                  check: Literal["header", "decode"] = "header", max_pixels: int = MAX_PIXELS,
                  max_file_size: str | int = MAX_FILE_SIZE, mask_storage: Literal["rows", "file"] = "rows",
                  storage_options: dict[str, Any] | None = None) -> None:
-        if format not in WRITERS:
-            raise ValueError(f"format={format!r}: choose one of {', '.join(WRITERS)}")
-        if on_error not in ("fail", "skip") or check not in ("header", "decode"):
-            raise ValueError(f"on_error={on_error!r}, check={check!r}: choose 'fail' or 'skip', 'header' or 'decode'")
-        self.shard_bytes = parse_size(shard_size, name="shard_size")
-        types = dict(fields) if isinstance(fields, Mapping) else None
-        settings = SinkSettings(
-            work="", image=image, label=label, key=key, fields=tuple(fields), types=types,
-            classes=tuple(classes) if classes is not None else None,
-            writer={"format": format, "shard_size": self.shard_bytes, "quality": quality, "on_error": on_error,
-                    "check": check, "max_pixels": max_pixels, "max_file_size": max_file_size,
-                    "mask_storage": mask_storage}, order=order, storage_options=storage_options)
-        # Decided here, not in on_write_start: the tasks get a copy of this object made before it.
-        self.target: FolderTarget | StoreTarget = (
-            StoreTarget(str(out), overwrite, storage_options, settings.facts()) if is_remote(out)
-            else FolderTarget(out, overwrite))
-        self.out = self.target.out
+        self.pack = ClusterPack(out, image=image, label=label, key=key, order=order, fields=fields, classes=classes,
+                                format=format, shard_size=shard_size, overwrite=overwrite, quality=quality,
+                                on_error=on_error, check=check, max_pixels=max_pixels, max_file_size=max_file_size,
+                                mask_storage=mask_storage, storage_options=storage_options)
+        self.out = self.pack.out
         self.overwrite = overwrite
-        self.settings = dataclasses.replace(settings, work=self.target.work)
-        self.report: PackReport | None = None
+
+    @property
+    def settings(self) -> SinkSettings:
+        """What every write task gets: where to write, the columns, the Writer's options."""
+        return self.pack.settings
+
+    @property
+    def report(self) -> PackReport | None:
+        """The pack's report, once the write is done."""
+        return self.pack.report
 
     @property
     def min_bytes_per_write(self) -> int:
-        return self.shard_bytes
+        return self.pack.shard_bytes
 
     def on_write_start(self, schema: Any = None) -> None:
-        self.target.start()
+        self.pack.start()
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> TaskPart | None:
-        self.target.check_task()
+        self.pack.check_task()
         rows = (row for block in blocks for row in BlockAccessor.for_block(block).iter_rows(public_row_format=True))
         return write_rows(rows, self.settings)
 
     def on_write_complete(self, write_result: WriteResult[TaskPart | None]) -> None:
-        self.report = self.target.finish(list(write_result.write_returns), self.settings)
+        self.pack.finish(list(write_result.write_returns))
 
     def on_write_failed(self, error: Exception) -> None:
         """No manifest is written: OUT holds no new dataset (an overwritten one stays); the tasks'
         finished datasets stay in OUT's work folder, and running the same pack again reuses them."""
-        self._release()
-
-    def _release(self) -> None:
-        self.target.give_up()
+        self.pack.give_up()

@@ -1,8 +1,9 @@
 """Cluster packing from SRC (``fastload pack SRC --ray``): the local pack's own listing, made on the
 driver (paths, sizes, labels, fields: no image is read), cut into parts of about one shard and
 packed by plain Ray tasks (converters.cluster.ray_plan, ray_tasks), a few per CPU, each reading its
-parts' bytes and writing each part as one small dataset; ``PackSink`` then adopts them in listing
-order (its ``order`` column), so records, order, labels and fields are a local pack's.
+parts' bytes and writing each part as one small dataset; ``ClusterPack`` (PackSink's driver side,
+without Ray Data) then adopts them in listing order (its ``order`` column), so records, order,
+labels and fields are a local pack's.
 
 Not a Ray Data pipeline: Ray Data's scheduling cost ~0.13 s a task (about what a task's own work
 on 64 MB of photos takes), and its blocks of listed rows bought nothing here. Users' own Ray Data
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fastload.converters.cluster.cluster_pack import ClusterPack
 from fastload.converters.cluster.ray_plan import IMAGE, KEY, LABEL, ORDER, plan_tasks, reader_spec
 from fastload.converters.cluster.ray_tasks import run_tasks
 from fastload.converters.cluster.task_shards import TaskPart
@@ -55,33 +57,29 @@ def pack_on_ray(src: str | os.PathLike[str], out: str | os.PathLike[str] | None,
         raise SourceError(f"{src}: its records have file fields ({', '.join(listing.file_fields)}), which --ray "
                           "does not pack yet; pack without --ray")
     import ray
-    from fastload.converters.cluster.ray_sink import PackSink
-    from ray.data.datasource.datasink import WriteResult
 
     labelled = listing.classes is not None or any(item.label != NO_LABEL for item in listing.items)
-    sink = PackSink(out_path, image=IMAGE, label=LABEL if labelled else None, key=KEY, order=ORDER,
-                   fields=dict(listing.fields), classes=listing.classes, format=format, shard_size=shard_size,
-                   overwrite=overwrite, on_error=on_error, check=check, max_pixels=max_pixels,  # type: ignore[arg-type]
-                   max_file_size=max_file_size, mask_storage=mask_storage,  # type: ignore[arg-type]
-                   storage_options=storage_options)
+    pack = ClusterPack(out_path, image=IMAGE, label=LABEL if labelled else None, key=KEY, order=ORDER,
+                       fields=dict(listing.fields), classes=listing.classes, format=format, shard_size=shard_size,
+                       overwrite=overwrite, on_error=on_error, check=check, max_pixels=max_pixels,  # type: ignore[arg-type]
+                       max_file_size=max_file_size, mask_storage=mask_storage,  # type: ignore[arg-type]
+                       storage_options=storage_options)
     listed_skips = [TaskPart(None, "", "", 0, [(s.rel, s.reason) for s in listing.skipped])] if listing.skipped else []
     spec = reader_spec(listing)
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(address=address or "local", include_dashboard=False, log_to_driver=False)
     try:
-        slices = plan_tasks(listing, sink.shard_bytes, int(ray.cluster_resources().get("CPU", 1)))
-        sink.on_write_start()
+        slices = plan_tasks(listing, pack.shard_bytes, int(ray.cluster_resources().get("CPU", 1)))
+        pack.start()
         try:
-            parts = run_tasks(slices, spec, sink.settings, progress)
-        except BaseException as exc:
-            sink.on_write_failed(exc)  # type: ignore[arg-type]  # releases OUT's lock; the parts' datasets stay for a re-run
+            parts = run_tasks(slices, spec, pack.settings, progress)
+        except BaseException:
+            pack.give_up()  # releases OUT's lock; the parts' datasets stay for a re-run
             raise
-        records = sum(p.records for p in parts if p is not None)
-        sink.on_write_complete(WriteResult(num_rows=records, size_bytes=0, write_returns=[*parts, *listed_skips]))
+        report = pack.finish([*parts, *listed_skips])
     finally:
         if started_here:
             ray.shutdown()
-    assert sink.report is not None
-    sink.report.elapsed_s = time.perf_counter() - started
-    return sink.report
+    report.elapsed_s = time.perf_counter() - started
+    return report

@@ -61,8 +61,10 @@ def pack_command(args: argparse.Namespace) -> int:
 
 def _pack_on_ray(args: argparse.Namespace) -> int:
     """``pack --ray``: the local pack's listing, packed by Ray tasks (converters.cluster.ray_source)."""
-    import fastload.ray  # noqa: F401 - without Ray: an error naming the extra to install
     from fastload.converters.cluster.ray_source import pack_on_ray
+    from fastload.optional import require
+
+    require("ray", "fastload pack --ray (packing on a Ray cluster)")  # without Ray: an error naming the extra
 
     local_only = {"--max-side": args.max_side, "--quality": args.quality, "--restart-markers": args.restart_markers,
                   "--append": args.append, "--sidecars": args.sidecars, "--sidecar-names": args.sidecar_names,

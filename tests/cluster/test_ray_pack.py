@@ -120,7 +120,7 @@ def test_a_rerun_reuses_the_shards_written(cluster: Cluster, photos: tuple[Path,
 
     class Interrupted(PackSink):
         def on_write_complete(self, write_result: Any) -> None:
-            self._release()
+            self.pack.give_up()
             raise KeyboardInterrupt  # the driver stops here: no manifest
 
     root, local = photos
