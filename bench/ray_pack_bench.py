@@ -10,8 +10,16 @@ beside it. No warm-up task runs before the timed pack: a job's first pack waits 
 processes (started by ``ray.init``, importing fastload on their first task; a fixed cost per job,
 which every ``fastload pack --ray`` is). Each child then packs a second time ("again", the same
 job, its workers warm): the per-record cost alone. The page cache is warm for every row
-(SRC is read once before the timed runs). Targets: the Ray pack takes <= 1.25x the local pack's
-time at equal cores, and records/s per CPU stays flat from one node to two.
+(SRC is read once before the timed runs).
+
+Memory just freed: on this VM, writing ~600 MB of shards into page-cache pages that have sat free
+for a few seconds costs up to 1.7 s more than writing into pages freed a moment before (likely the
+host taking idle guest memory back, each first touch faulting it in again; the time shows in the
+kernel's copy into the page cache). Measured: a local pack right after deleting the last pack's
+output 1.0 s, the same pack 5 s after it 1.7 s. So each child deletes its row's output of the run
+before just before its timed first pack, the local row's too: every row writes into memory freed
+a moment before, and Ray's start (~2.5 s) no longer ages it. Targets: the Ray pack takes <= 1.25x
+the local pack's time at equal cores, and records/s per CPU stays flat from one node to two.
 
     python bench/ray_pack_bench.py bench/data/photos --repeats 2 \\
         --json bench/results/ray-pack-$(date +%F)-$(git rev-parse --short HEAD).json
@@ -57,6 +65,7 @@ else:
     def pack():
         return pack_on_ray(src, out, address=None, overwrite=True, shard_size=shard_size, progress=False,
                            max_pixels=MAX_PIXELS, max_file_size=MAX_FILE_SIZE)
+shutil.rmtree(out, ignore_errors=True)  # here, not before the start: see "Memory just freed" in the docstring
 start = time.perf_counter()
 report = pack()  # the first pack of the job: Ray starts its worker processes
 first = time.perf_counter()
@@ -117,7 +126,6 @@ def warm(src: Path) -> None:
 
 
 def run_row(mode: str, src: Path, out: Path, shard_size: str) -> dict:
-    shutil.rmtree(out, ignore_errors=True)  # a pack into its own finished dataset would do nothing
     done = subprocess.run([sys.executable, "-c", CHILD, mode, str(src), str(out), shard_size],
                           capture_output=True, text=True, check=False)
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
