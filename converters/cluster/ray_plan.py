@@ -1,14 +1,15 @@
 """Cluster packing from SRC, the driver's plan: the local listing cut into parts of about one shard
-(each part a table of rows: where each item's bytes are, its label and fields; no image read), and
-the parts dealt out, consecutive, to a few tasks per CPU of the cluster.
+(each part a table of rows: where each item's bytes are, its mtime and stamp, its label and fields;
+no image read), and the parts dealt out, consecutive, to a few tasks per CPU of the cluster.
 
 A part's boundaries depend on the listing and ``shard_size`` only, never on the cluster: the part is
-what a task writes as one small dataset named by its content, so a re-run on another cluster (more
-nodes, fewer) finds the same parts' datasets and reuses them.
+what a task writes as one small dataset named by its listed rows (converters.cluster.ray_parts), so
+a re-run on another cluster (more nodes, fewer) finds the same parts' datasets and reuses them.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,8 +23,35 @@ from fastload.optional import require
 
 # The rows' own columns; a source's fields keep their names beside them (a field name never starts with "__")
 ORDER, KEY, IMAGE, LABEL, FILE, OFFSET, SIZE = "__order", "__path", "__image", "__label", "__file", "__offset", "__size"
+MTIME, CTIME, INODE = "__mtime_ns", "__ctime_ns", "__inode"  # what the local pack's resume trusts (packing.plan)
 
 TASKS_PER_CPU = 2  # a few tasks per CPU: a slow node's last task is short, and a node lost redoes little
+
+
+@dataclass(frozen=True)
+class PartSource:
+    """What every task needs to rebuild its parts' listings, as plain data it can be sent: the
+    listing's own facts and how its bytes are read (``reader_spec``)."""
+
+    root: str
+    layout: str
+    classes: tuple[str, ...] | None
+    fields: dict[str, str]  # field → dtype, as the listing's
+    images: bool | None
+    extensions: tuple[str, ...]
+    reader: tuple[Any, ...]  # reader_spec(listing)
+
+    def facts(self) -> str:
+        """What changes a part's dataset besides its rows: part of its folder's name."""
+        return json.dumps([self.root, self.layout, self.classes, self.fields, self.images, self.extensions,
+                           self.reader], default=str)
+
+
+def part_source(listing: SourceListing, extensions: tuple[str, ...]) -> PartSource:
+    """``listing``'s facts a task rebuilds its parts' listings from."""
+    return PartSource(os.fspath(listing.root), listing.layout,
+                      tuple(listing.classes) if listing.classes is not None else None, dict(listing.fields),
+                      listing.images, extensions, reader_spec(listing))
 
 
 @dataclass(frozen=True)
@@ -67,7 +95,7 @@ def _parts(items: list[SourceItem], shard_bytes: int) -> Iterator[range]:
 
 def _block(listing: SourceListing, part: range) -> Any:
     """One part's rows: each item's place, key (its path as a local pack stores it), where its bytes
-    are, its label and its fields' values."""
+    are, its mtime and stamp, its label and its fields' values."""
     pa = require("pyarrow", "fastload pack --ray")
     items = listing.items[part.start:part.stop]
     columns: dict[str, Any] = {
@@ -75,12 +103,20 @@ def _block(listing: SourceListing, part: range) -> Any:
         KEY: [item.rel for item in items], FILE: [os.fspath(item.path) for item in items],
         OFFSET: pa.array([item.offset for item in items], pa.int64()),
         SIZE: pa.array([item.size for item in items], pa.int64()),
+        MTIME: pa.array([item.mtime_ns for item in items], pa.int64()),
+        CTIME: pa.array([item.stamp[0] for item in items], pa.int64()),
+        # an inode at or past 2**63 (an overlay's) kept as its int64 bits: only ever compared, never opened
+        INODE: pa.array([_int64(item.stamp[1]) for item in items], pa.int64()),
         LABEL: pa.array([item.label for item in items], pa.int64()),
     }
     for name in listing.fields:
         values = listing.field_values[name][part.start:part.stop]
         columns[name] = [v.item() if isinstance(v, np.generic) else v for v in values]
     return pa.table(columns)
+
+
+def _int64(value: int) -> int:
+    return value - 2**64 if value >= 2**63 else value
 
 
 def reader_spec(listing: SourceListing) -> tuple[Any, ...]:

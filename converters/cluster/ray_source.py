@@ -1,8 +1,8 @@
 """Cluster packing from SRC (``fastload pack SRC --ray``): the local pack's own listing, made on the
 driver (paths, sizes, labels, fields: no image is read), cut into parts of about one shard and
-packed by plain Ray tasks (converters.cluster.ray_plan, ray_tasks), a few per CPU, each reading its
-parts' bytes and writing each part as one small dataset; ``ClusterPack`` (PackSink's driver side,
-without Ray Data) then adopts them in listing order (its ``order`` column), so records, order,
+packed by plain Ray tasks (converters.cluster.ray_plan, ray_tasks), a few per CPU, each packing its
+parts with the local pack's own loop, one small dataset each (ray_parts); ``ClusterPack`` (PackSink's
+driver side, without Ray Data) then adopts them in listing order (its ``order`` column), so records, order,
 labels and fields are a local pack's.
 
 Not a Ray Data pipeline: Ray Data's scheduling cost ~0.13 s a task (about what a task's own work
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fastload.converters.cluster.cluster_pack import ClusterPack
-from fastload.converters.cluster.ray_plan import IMAGE, KEY, LABEL, ORDER, plan_tasks, reader_spec
+from fastload.converters.cluster.ray_plan import IMAGE, KEY, LABEL, ORDER, part_source, plan_tasks
 from fastload.converters.cluster.ray_tasks import run_tasks
 from fastload.converters.cluster.task_shards import TaskPart
 from fastload.converters.packing.options import check_options, check_out_location, default_out
@@ -49,7 +49,8 @@ def pack_on_ray(src: str | os.PathLike[str], out: str | os.PathLike[str] | None,
     src_path = Path(src)
     to_store = out is not None and is_remote(out)
     out_path: Any = str(out) if to_store else Path(os.path.realpath(out if out is not None else default_out(src_path)))
-    listing = list_to_pack(src, None, src_path, layout=layout, extensions=normalize_extensions(extensions),
+    exts = normalize_extensions(extensions)
+    listing = list_to_pack(src, None, src_path, layout=layout, extensions=exts,
                            on_error=on_error, options=options, sidecars=False, file_columns=(), **listing_options)
     if not to_store:
         check_out_location(src_path, listing.root, out_path)
@@ -65,7 +66,7 @@ def pack_on_ray(src: str | os.PathLike[str], out: str | os.PathLike[str] | None,
                        max_file_size=max_file_size, mask_storage=mask_storage,  # type: ignore[arg-type]
                        storage_options=storage_options)
     listed_skips = [TaskPart(None, "", "", 0, [(s.rel, s.reason) for s in listing.skipped])] if listing.skipped else []
-    spec = reader_spec(listing)
+    source = part_source(listing, exts)
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(address=address or "local", include_dashboard=False, log_to_driver=False)
@@ -73,7 +74,7 @@ def pack_on_ray(src: str | os.PathLike[str], out: str | os.PathLike[str] | None,
         slices = plan_tasks(listing, pack.shard_bytes, int(ray.cluster_resources().get("CPU", 1)))
         pack.start()
         try:
-            parts = run_tasks(slices, spec, pack.settings, progress)
+            parts = run_tasks(slices, source, pack.settings, progress)
         except BaseException:
             pack.give_up()  # releases OUT's lock; the parts' datasets stay for a re-run
             raise

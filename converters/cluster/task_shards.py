@@ -1,5 +1,6 @@
-"""Cluster packing, write-task side: one task's rows, sorted by key, written by a ``fastload.Writer``
-as a small complete dataset in a work folder named by their content; the driver adopts its shards.
+"""Cluster packing, write-task side (``PackSink``'s; the CLI's tasks pack listed parts: ray_parts): one
+task's rows, sorted by key, written by a ``fastload.Writer`` as a small complete dataset in a work
+folder named by their content; the driver adopts its shards.
 
 A task's folder is named by a digest of what it writes (the settings, then every row's key, image,
 label and fields, in key order), never by a task id: a task Ray re-runs (a node lost) writes the
@@ -98,9 +99,9 @@ def write_part(folder: Path, samples: list[dict[str, Any]], settings: SinkSettin
                classes: tuple[str, ...] | None) -> tuple[int, list[tuple[str, str]], int]:
     """Write ``samples`` as a dataset at ``folder`` (or find it finished there by a run before):
     its record count (0: every sample skipped, no dataset), its skips and its shards found finished."""
-    done = _finished(folder)
+    done = finished_dataset(folder)
     if done is not None:
-        return done.num_records, _skips(folder), len(done.shards)
+        return done.num_records, dataset_skips(folder), len(done.shards)
     writer = Writer(folder, overwrite=True, fields=settings.types, classes=list(classes) if classes else None,
                     workers=1, **settings.writer)
     try:
@@ -187,7 +188,7 @@ def _digest(samples: list[dict[str, Any]], settings: SinkSettings, classes: tupl
     return h.hexdigest()
 
 
-def _finished(folder: Path) -> Any:
+def finished_dataset(folder: Path) -> Any:
     """The manifest of a dataset a task finished at ``folder`` before, with all its shards; else None."""
     if not (folder / MANIFEST_NAME).is_file():
         return None
@@ -198,7 +199,8 @@ def _finished(folder: Path) -> Any:
     return manifest if all(os.path.isfile(folder / s.file) for s in manifest.shards) else None
 
 
-def _skips(folder: Path) -> list[tuple[str, str]]:
+def dataset_skips(folder: Path) -> list[tuple[str, str]]:
+    """The (key, reason) of each record the finished dataset at ``folder`` left out (its skipped report)."""
     path = folder / SKIPPED_REPORT_NAME
     if not path.is_file():
         return []

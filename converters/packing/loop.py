@@ -30,7 +30,7 @@ from fastload.converters.packing.options import (
 from fastload.converters.packing.packer import Packer
 from fastload.converters.packing.plan import ShardPlan, plan_digest, plan_shards
 from fastload.converters.packing.report import PackReport, already_packed, write_error
-from fastload.converters.sources.items import Layout, SourceListing, normalize_extensions
+from fastload.converters.sources.items import Layout, Skip, SourceListing, normalize_extensions
 from fastload.converters.sources.listing import list_to_pack
 from fastload.converters.sources.torch_dataset import is_sequence_source
 
@@ -196,17 +196,39 @@ class _PackJob:
     def pack_into(self, out: Path, on_shard: Callable[[Path], None] | None = None) -> PackReport:
         """Write the shards that are not finished yet, then the index and the manifest, into ``out``;
         ``on_shard(path)`` is called with each finished shard file (kept ones first)."""
+        shard_records, resumed = self.write_shards(out, on_shard)
+        return self.finish(out, shard_records, resumed)
+
+    def write_shards(self, out: Path, on_shard: Callable[[Path], None] | None = None
+                     ) -> tuple[list[dict[str, Any]], int]:
+        """The shards not finished yet written into ``out``: every shard's record, and how many were kept."""
         writer = Packer(self.listing.items, out, self.options["storage"], self.options, self.progress,
                         self.src_store, on_shard, file_types=dict(self.listing.file_fields),
                         reader=self.listing.reader, images=self.listing.images)
-        shard_records = writer.run(self.plans)
+        return writer.run(self.plans), writer.resumed
+
+    def finish(self, out: Path, shard_records: list[dict[str, Any]], resumed: int) -> PackReport:
+        """The index and the manifest, last, over the shards written into ``out``."""
         try:
             report = finalize(out, self.options["storage"], self.listing, shard_records, self.options,
                               self.exts, plan_digest(self.plans), base=self.base)
         except OSError as exc:  # the finished shards stay: the same command resumes from them
             raise PackError(write_error(out, "the index and manifest", exc)) from None
-        report.resumed_shards = writer.resumed
+        report.resumed_shards = resumed
         return report
+
+
+def pack_listing(listing: SourceListing, options: dict[str, Any], exts: tuple[str, ...], out: Path) -> PackReport:
+    """``listing`` packed into the folder ``out`` by this loop (``options``: ``check_options``'),
+    without OUT's lock or a dataset replaced: a cluster task's part, whose folder is its own. Shards
+    a killed run finished there are kept. Every record skipped: no dataset, a report of 0 records
+    and the skips."""
+    job = _job(listing, options, exts, False, None)
+    shard_records, resumed = job.write_shards(out)
+    if not any(r["items"] for r in shard_records):
+        skipped = [*listing.skipped, *(Skip(rel, reason) for r in shard_records for rel, reason in r["skips"])]
+        return PackReport(out=out, storage=options["storage"], skipped=len(skipped), skipped_files=skipped)
+    return job.finish(out, shard_records, resumed)
 
 
 def _pack_local(job: _PackJob | DatasetPackJob, out_path: Path, overwrite: bool) -> PackReport:
