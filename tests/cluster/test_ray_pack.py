@@ -3,12 +3,14 @@ once for the module: folders and Parquet tables packed by Ray read back bit-exac
 ``fastload.pack`` of the same source, in the same order; the same pack twice gives the same index;
 a failed pack leaves the old dataset; a re-run reuses the tasks' finished shards; a node lost
 mid-pack leaves every record exactly once and no orphan file; ``fastload pack SRC --ray ADDRESS`` on a
-folder, a JSONL list and WebDataset tars gives a local pack's records."""
+folder, a JSONL list and WebDataset tars gives a local pack's records, skips a bad picture as it
+does, and run again after a failed run reuses the parts its tasks had finished."""
 
 from __future__ import annotations
 
 import io
 import json
+import shutil
 import tarfile
 import threading
 import time
@@ -212,3 +214,48 @@ def test_cli_ray_packs_webdataset_tars_as_a_local_pack(cluster: Cluster, photos:
     assert main(["pack", str(tars), "-o", str(tmp_path / "ray.fl"), "--ray", cluster.address, "--shard-size", "20KB",
                  "--quiet"]) == 0
     assert_same_records(tmp_path / "ray.fl", tmp_path / "local.fl", fields=("path", "n"))
+
+
+def test_cli_ray_rerun_after_a_failed_driver_reuses_the_parts_written(
+        cluster: Cluster, photos: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``--ray`` pack that stops before its finalize (here: a bad picture in its last part fails it;
+    the driver gives up as a killed one leaves things) keeps its tasks' finished parts; the same
+    command again, the picture fixed, adopts those very shard files (their inodes), named by their
+    listings, without packing them again."""
+    root = tmp_path / "images"
+    shutil.copytree(photos[0], root)
+    last = max(root.rglob("*.jpg"))  # the listing's last record: the last part's
+    good = last.read_bytes()
+    last.write_bytes(b"not a picture")
+    out = tmp_path / "a.fl"
+    command = ["pack", str(root), "-o", str(out), "--ray", cluster.address, "--shard-size", "8KB", "--quiet"]
+    assert main(command) != 0
+    assert f"{last}: not a readable image" in capsys.readouterr().err  # the task's error, as Ray passes it on
+    assert not (out / MANIFEST_NAME).exists()
+    finished = [m.parent for m in (out / PACK_STATE_DIR).rglob(MANIFEST_NAME)]
+    written = {p.stat().st_ino for part in finished for p in part.glob("shard-*")}
+    assert written  # the failed task's parts before its last, at least
+    last.write_bytes(good)
+    assert main(command) == 0
+    assert written <= {p.stat().st_ino for p in out.glob("shard-*")}
+    assert_same_records(out, photos[1], fields=("path",))
+    assert main(["verify", str(out)]) == 0
+
+
+def test_cli_ray_skips_a_bad_picture_as_a_local_pack_does(cluster: Cluster, photos: tuple[Path, Path],
+                                                          tmp_path: Path) -> None:
+    """``--on-error skip``: the bad picture is left out and reported, the others packed in the local pack's order."""
+    root = tmp_path / "images"
+    shutil.copytree(photos[0], root)
+    bad = sorted(root.rglob("*.jpg"))[IMAGES // 2]
+    bad.write_bytes(b"not a picture")
+    fastload.pack(root, tmp_path / "local.fl", on_error="skip")
+    out = tmp_path / "ray.fl"
+    assert main(["pack", str(root), "-o", str(out), "--ray", cluster.address, "--shard-size", "8KB", "--quiet",
+                 "--on-error", "skip"]) == 0
+    packed = fastload.PackedDataset(out)
+    assert len(packed) == IMAGES - 1 and packed.manifest.packed["skipped"] == 1
+    skipped = [json.loads(line) for line in (out / packed.manifest.packed["skipped_report"]).read_text().splitlines()]
+    assert [s["path"] for s in skipped] == [bad.relative_to(root).as_posix()]
+    assert_same_records(out, tmp_path / "local.fl", fields=("path",))
+    assert main(["verify", str(out)]) == 0
