@@ -25,13 +25,14 @@ class _Files:
     thread still reading keeps them open. A descriptor of -1 (and a private map): not admitted."""
 
     __slots__ = ("fd", "map")
+    _close = staticmethod(os.close)  # held here: at interpreter exit the module's ``os`` may be gone
 
     def __init__(self, fd: int, present: mmap.mmap | bytearray) -> None:
         self.fd, self.map = fd, present
 
     def __del__(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)
+            self._close(self.fd)
 
 
 def _open(path: str, key: str, size: int) -> _Files | None:

@@ -172,3 +172,19 @@ def test_a_linked_lock_is_a_warning_and_the_reads_come_from_the_store(packed, s3
         got = _remote(packed, s3_server, "lmdb", cache).reader.read_many(list(range(RECORDS)))
     assert got == _want(packed, "lmdb")
     assert not os.path.lexists(tmp_path / "elsewhere")  # never followed
+
+
+def test_a_cached_reader_left_open_exits_quietly(packed, s3_server, tmp_path):
+    """A script that reads through the cache and ends without closing anything: the entries' files
+    are closed as the interpreter exits, with nothing printed (their module globals may be gone)."""
+    script = ("import json, sys\nfrom fastload import PackedDataset\n"
+              "a = json.loads(sys.argv[1])\n"
+              "ds = PackedDataset(a['url'], storage_options=a['options'], cache_dir=a['cache'])\n"
+              "print(sum(len(b) for b in ds.reader.read_many(list(range(a['records'])))))\n")
+    args = {"url": _url(packed, "lmdb"), "options": s3_server.storage_options(), "cache": str(tmp_path / "cache"),
+            "records": RECORDS}
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(args)], check=False, cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout) == sum(len(b) for b in _want(packed, "lmdb"))
+    assert done.stderr == "", done.stderr[-3000:]
