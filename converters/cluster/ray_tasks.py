@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from fastload.converters.cluster.ray_parts import write_listed_part
@@ -24,7 +22,7 @@ from fastload.converters.packing.report import progress_bar
 from fastload.errors import PackError
 
 RETRIES = 3  # Ray's re-runs of a task whose worker or node died (a task's own error is not retried)
-KEPT_BETWEEN_PARTS = 256 * 2**20  # freed heap a task keeps for its next part (a part reads ahead 64 MB)
+KEPT_BETWEEN_PARTS = 256 * 2**20  # freed heap a worker keeps for its next part (a part reads ahead 64 MB)
 
 
 def write_parts(source: PartSource, parts: list[Any], settings: SinkSettings) -> list[TaskPart | None]:
@@ -32,32 +30,24 @@ def write_parts(source: PartSource, parts: list[Any], settings: SinkSettings) ->
     if not settings.in_store and not os.path.isdir(settings.work):
         raise PackError(f"{settings.work}: not found from this node; OUT must be on a file system every node "
                         "of the cluster sees, at the path the driver sees it")
-    with freed_memory_kept():
-        return [write_listed_part(part, source, settings) for part in parts]
+    keep_freed_memory()
+    return [write_listed_part(part, source, settings) for part in parts]
 
 
-@contextmanager
-def freed_memory_kept() -> Iterator[None]:
-    """glibc keeps the memory a part frees for the task's next part, and gives it back at the end.
+def keep_freed_memory() -> None:
+    """This worker process keeps the memory a part frees for its next part (glibc's malloc; with
+    another, nothing changes). The workers of a ``pack --ray`` job serve that job alone and end with it.
 
     A part's pack frees all its read-ahead and write-behind buffers (~64 MB) when it ends, and glibc
-    hands a freed heap top over 128 KB back to the system: the next part faulted every page in again
+    gives a freed heap top over 128 KB back to the system: the next part faulted every page in again
     (147k faults and ~0.3 s of system time per 5,000 photos of ~110 KB on this VM; 3k with this). The
-    local pack reads on from shard to shard and never frees them midway. Blocks of 4 MB or more stay
-    the system's (as in a pack that decodes: readahead.give_back_large_blocks).
+    local pack reads on from shard to shard and never frees them midway. Blocks of 4 MB or more still
+    go back at once, as in a pack that decodes (readahead.give_back_large_blocks).
     """
-    libc = ctypes.CDLL(None)
-    mallopt, trim = getattr(libc, "mallopt", None), getattr(libc, "malloc_trim", None)
-    if mallopt is None or trim is None:  # not glibc
-        yield
-        return
-    give_back_large_blocks()  # a fixed mmap threshold: freed photos' blocks stay in the heap, kept below
-    mallopt(-1, KEPT_BETWEEN_PARTS)  # M_TRIM_THRESHOLD
-    try:
-        yield
-    finally:
-        mallopt(-1, 2 * 4 * 2**20)  # twice the mmap threshold, as glibc's own rule sets it
-        trim(0)
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is not None:
+        give_back_large_blocks()  # a fixed mmap threshold: a photo's block comes from the heap kept below
+        mallopt(-1, KEPT_BETWEEN_PARTS)  # M_TRIM_THRESHOLD
 
 
 def run_tasks(slices: list[TaskSlice], source: PartSource, settings: SinkSettings,
