@@ -132,6 +132,10 @@ def _run_row(name: str, kind: str, args: dict[str, Any], proxy: Any, server_pid:
           f"{result['requests']:>6} requests  peak {result['peak_mb']:.0f} MB  CPU-s client "
           f"{result['client_cpu_s']:.1f} server {result['server_cpu_s']:.1f} proxy {result['proxy_cpu_s']:.1f}"
           f" (bed {(result['server_cpu_s'] + result['proxy_cpu_s']) / total:.2f} cores)", flush=True)
+    for k, e in enumerate(result.get("epochs", [])):
+        if "client_cpu_s" in e:
+            print(f"  epoch {k + 1}: {e['seconds']:.2f} s, CPU-s client {e['client_cpu_s']:.2f} (training process "
+                  f"and its workers), test bed {e.get('bed_cpu_s', 0):.2f}", flush=True)
     return result
 
 
@@ -182,6 +186,7 @@ def _ratios(by: dict[str, dict[str, Any]]) -> dict[str, float]:
             lambda: paired("local disk cold, a batch at a time", "local disk cold, pread x64"),
         "train store / local, epoch 1": lambda: rate("train, store cold+warm", 0) / rate("train, local disk", 0),
         "train store / local, epoch 2": lambda: rate("train, store cold+warm", 1) / rate("train, local disk", 1),
+        "train store / local, epoch 1: the most these cores allow": lambda: _wall_bound(by),
         "train peak RSS store / local":
             lambda: by["train, store cold+warm"]["peak_mb"] / by["train, local disk"]["peak_mb"],
     }
@@ -195,6 +200,17 @@ def _ratios(by: dict[str, dict[str, Any]]) -> dict[str, float]:
         except KeyError:  # a row it needs did not run
             pass
     return ratios
+
+
+def _wall_bound(by: dict[str, dict[str, Any]]) -> float:
+    """The highest epoch-1 rate ratio, store / local, that this machine's cores allow: the store
+    epoch cannot take less wall time than its CPU-seconds (the training process's, the server's
+    and the proxy's, all on the same cores) spread over every core, busy all the time."""
+    local, store = by["train, local disk"]["epochs"][0], by["train, store cold+warm"]["epochs"][0]
+    if "bed_cpu_s" not in store:
+        raise KeyError("bed_cpu_s")
+    fastest = (store["client_cpu_s"] + store["bed_cpu_s"]) / (os.cpu_count() or 1)
+    return local["seconds"] / max(fastest, 1e-9)
 
 
 def _run_cli(photos_url: str, packed_url: str, options: dict[str, Any], out: str, work: Path) -> None:
@@ -301,8 +317,10 @@ def main(argv: list[str] | None = None) -> int:
                 row(f"policy {policy}, cache 1/2", "raw", url=packed_url, epochs=3,
                     cache_dir=cache(f"p-{policy}"), cache_limit=total // 2, policy=policy)
             if not args.skip_train:
+                bed_pids = [server.process.pid, _proxy_counts(proxy)[2]]
                 row("train, local disk", "train", local=args.packed, epochs=2)
                 row("train, store cold+warm", "train", url=packed_url, epochs=2, cache_dir=cache("t"),
+                    bed_pids=bed_pids,
                     cache_limit=4 * total)
     finally:
         server.stop()

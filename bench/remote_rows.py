@@ -18,6 +18,24 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def process_cpu(pid: int) -> float:
+    """User + system CPU-seconds process ``pid`` has used so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU-seconds of process ``pid`` and its live descendants (a DataLoader's worker processes)."""
+    total = process_cpu(pid)
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in task.read_text().split():
+            total += tree_cpu(int(child))
+    return total
+
+
 def _batches(order: list[int], size: int = 64) -> list[list[int]]:
     return [order[k:k + size] for k in range(0, len(order), size)]
 
@@ -80,12 +98,16 @@ def row_train(a: dict[str, Any]) -> dict[str, Any]:
     if ds.reader.remote is not None:
         ds.reader.remote.store.max_in_flight = a["in_flight"]
     loader = fastload.DataLoader(ds, batch_size=64, shuffle=True)
+    bed = a.get("bed_pids", [])  # the server's and the proxy's: CPU each epoch took from these cores
     epochs = []
     for epoch in range(a.get("epochs", 1)):
         start, n = time.perf_counter(), 0
+        client, served = tree_cpu(os.getpid()), sum(map(process_cpu, bed))
         for images, _ in loader:
             n += len(images)
-        epochs.append({"records": n, "seconds": time.perf_counter() - start})
+        epochs.append({"records": n, "seconds": time.perf_counter() - start,
+                       "client_cpu_s": tree_cpu(os.getpid()) - client,
+                       "bed_cpu_s": sum(map(process_cpu, bed)) - served})
     out = dict(epochs[0])
     out["epochs"] = epochs
     out["settings"] = str(loader.settings)
