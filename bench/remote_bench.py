@@ -29,7 +29,10 @@ machine the test bed itself took. Rows:
 * ``local disk``: the same raw reads of the same packed dataset on the local disk (warm page cache);
 * ``train ...``: ``fastload.DataLoader(PackedDataset(..., image_size=224, train=True),
   batch_size=64, shuffle=True)`` (RandomResizedCrop 224 + flip) for one epoch, from the local disk
-  and from the store (cold cache, then warm);
+  and from the store (cold cache, then warm); each epoch's CPU-seconds of the training process (and
+  its workers) and of the test bed are reported, and "the most these cores allow": the local epoch's
+  wall time over the store epoch's CPU-seconds (client and bed together) spread over every core, the
+  best epoch-1 ratio this machine could show with the bed on the same cores;
 * ``policy keep`` / ``policy lru``: a cache of half the dataset, three epochs of shuffled raw reads:
   what each epoch fetched from the store.
 
