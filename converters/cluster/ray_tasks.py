@@ -9,17 +9,16 @@ listings' names and reused, the others written again, so every record is adopted
 
 from __future__ import annotations
 
-import ctypes
 import os
 from typing import Any
 
 from fastload.converters.cluster.ray_parts import write_listed_part
 from fastload.converters.cluster.ray_plan import PartSource, TaskSlice
 from fastload.converters.cluster.task_shards import SinkSettings, TaskPart
-from fastload.converters.packing.readahead import give_back_large_blocks
 from fastload.converters.packing.report import progress_bar
 
 from fastload.errors import PackError
+from fastload.storage.allocator import keep_freed_heap
 
 RETRIES = 3  # Ray's re-runs of a task whose worker or node died (a task's own error is not retried)
 KEPT_BETWEEN_PARTS = 256 * 2**20  # freed heap a worker keeps for its next part (a part reads ahead 64 MB)
@@ -42,12 +41,9 @@ def keep_freed_memory() -> None:
     gives a freed heap top over 128 KB back to the system: the next part faulted every page in again
     (147k faults and ~0.3 s of system time per 5,000 photos of ~110 KB on this VM; 3k with this). The
     local pack reads on from shard to shard and never frees them midway. Blocks of 4 MB or more still
-    go back at once, as in a pack that decodes (readahead.give_back_large_blocks).
+    go back at once, as in a pack that decodes (fastload.storage.allocator).
     """
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is not None:
-        give_back_large_blocks()  # a fixed mmap threshold: a photo's block comes from the heap kept below
-        mallopt(-1, KEPT_BETWEEN_PARTS)  # M_TRIM_THRESHOLD
+    keep_freed_heap(KEPT_BETWEEN_PARTS)
 
 
 def run_tasks(slices: list[TaskSlice], source: PartSource, settings: SinkSettings,

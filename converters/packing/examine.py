@@ -13,7 +13,6 @@ from fastload.converters.packing.checks import InvalidFile, check_image
 from fastload.converters.packing.readahead import (
     PixelBudget,
     fetch_in_order,
-    give_back_large_blocks,
     map_in_order,
     read_in_order,
 )
@@ -25,6 +24,7 @@ from fastload.converters.sources.items import MemberReader, SourceItem
 from fastload.format import record_checksum
 from fastload.format.files import read_regular
 from fastload.format.layout import IMAGE_EXTENSIONS
+from fastload.storage.allocator import give_back_large_blocks
 from fastload.storage.remote import RemoteStore
 
 # Source bytes read ahead of the writer when files are decoded on a thread pool.

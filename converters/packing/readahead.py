@@ -11,7 +11,6 @@ file needs real CPU work (full decode, re-encode), where Pillow releases the GIL
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from collections import deque
@@ -112,19 +111,6 @@ class PixelBudget:
             with self.changed:
                 self.in_flight -= pixels
                 self.changed.notify_all()
-
-
-def give_back_large_blocks(threshold: int = 4 * 2**20) -> None:
-    """Make freed blocks of ``threshold`` bytes or more go back to the system at once (glibc).
-
-    Pillow holds a decoded image in 16 MB blocks. glibc raises its mmap threshold to the largest
-    block freed (up to 32 MB), so after the first image such blocks come from, and stay in, the
-    arena of the thread that decoded it: 8 decode threads kept 8 images' worth of memory (8 PNGs
-    of 48 Mpx: 1,147 MB peak, 410 MB with this). Setting the threshold fixes it for the process.
-    """
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is not None:
-        mallopt(-3, threshold)  # M_MMAP_THRESHOLD
 
 
 def fetch_in_order(store: Any, objects: Sequence[tuple[str, int] | tuple[str, int, int]], batch_count: int = 64,

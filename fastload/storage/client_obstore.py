@@ -27,6 +27,7 @@ from typing import Any, Literal
 from fastload.config import request_deadline, request_timeout
 from fastload.errors import MissingDependencyError
 from fastload.optional import extra_hint
+from fastload.storage.allocator import bound_malloc_arenas
 from fastload.storage.client import Get, Sink
 from fastload.storage.obstore_config import builtin_error, first_line, s3_settings
 from fastload.storage.ranged_get import PIECE, deadline_exceeded, too_long
@@ -63,6 +64,7 @@ class ObstoreClient:
             raise MissingDependencyError(f"{url}: the obstore client needs the obstore package ({exc}); install "
                                          f"it: pip install obstore (or {extra_hint('remote')})") from exc
         self._obstore, self._make = obstore, S3Store
+        bound_malloc_arenas()  # before the pool's threads: each would keep its own freed buffers
         self._bucket, self._prefix, self._settings = s3_settings(url, options)
         self.store = self._new_store(timedelta(minutes=30))  # stat, list, put, delete
         self._by_class: dict[tuple[int, float], Any] = {}

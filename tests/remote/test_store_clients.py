@@ -4,14 +4,18 @@ the fault proxy retried (or not) alike."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
+import subprocess
+import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from fastload.config import available_cpus
 from fastload.errors import RemoteAccessDenied, RemoteNotFound, RemoteReadError
 from fastload.storage.remote import RemoteStore
 from fastload.storage.retry import RetryPolicy
@@ -162,3 +166,41 @@ def test_s3fs_only_options_are_refused_by_obstore(s3_server: S3Server, s3_bucket
     monkeypatch.setenv("FASTLOAD_STORE_CLIENT", "obstore")
     with pytest.raises(ValueError, match=r"config_kwargs\.signature_version are s3fs's own"):
         RemoteStore(f"s3://{s3_bucket}/x", options).client  # noqa: B018 - made on first use
+
+
+ARENAS_IN_CHILD = """
+import ctypes, json, os, sys, tempfile
+from fastload.storage.remote import RemoteStore
+a = json.loads(sys.argv[1])
+store = RemoteStore(a["url"], a["options"])
+for _ in range(8):  # many GETs at once, each on a thread of the client's pool
+    assert all(len(b) == 1 << 16 for b in store.read_ranges([("blob", k << 16, 1 << 16) for k in range(48)]))
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+with tempfile.NamedTemporaryFile(suffix=".xml") as info:
+    stream = libc.fopen(info.name.encode(), b"w")
+    libc.malloc_info(0, ctypes.c_void_p(stream))
+    libc.fclose(ctypes.c_void_p(stream))
+    print(store.client.name, open(info.name).read().count("<heap nr="))
+"""
+
+
+@pytest.mark.parametrize("limit", [None, "5"])
+def test_the_obstore_clients_threads_share_a_few_malloc_arenas(limit: str | None, s3_server: S3Server,
+                                                               s3_bucket: str) -> None:
+    """glibc gives threads up to 8 arenas a core, each keeping the top of what its threads freed: the
+    obstore client bounds them to one a core (at least 2) before its pool of GET threads starts,
+    unless MALLOC_ARENA_MAX says otherwise (counted with glibc's malloc_info, in a fresh process)."""
+    pytest.importorskip("obstore", reason="the obstore client needs obstore: pip install -e '.[dev]'")
+    s3_server.client().put_object(Bucket=s3_bucket, Key="folder/blob", Body=DATA)
+    env = {k: v for k, v in os.environ.items() if k not in ("FASTLOAD_STORE_CLIENT", "MALLOC_ARENA_MAX")}
+    if limit is not None:
+        env["MALLOC_ARENA_MAX"] = limit
+    args = {"url": f"s3://{s3_bucket}/folder", "options": s3_server.storage_options()}
+    done = subprocess.run([sys.executable, "-c", ARENAS_IN_CHILD, json.dumps(args)], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    name, arenas = done.stdout.split()
+    assert name == "obstore"
+    # the main arena and the bounded ones (a thread made before the bound may hold one more)
+    assert int(arenas) <= (int(limit) if limit else max(2, available_cpus()) + 1), done.stdout
