@@ -99,12 +99,19 @@ class ShardReader:
     def prefetched(self, indices: Sequence[int], field: str | None = None) -> Callable[[int], bytes]:
         """``read(i)`` for the records of one batch (``field``: their file field's files) that
         decode threads read one by one: for a remote dataset the whole batch is fetched at once
-        first (one round of requests, not one per record and thread); each record is still
-        checked when it is read, so a damaged one fails alone."""
+        first (one round of requests, not one per record and thread) into the node cache, or into
+        memory where it has none; each record is still checked when it is read, so a damaged one
+        fails alone."""
         if self.remote is None or len(indices) < 2:
             return lambda i: self.read(i, field)
-        fetched = dict(zip(indices, self.read_raw(indices, field)))
-        return lambda i: self._checked(i, fetched[i], field) if i in fetched else self.read(i, field)
+        # Records the node cache holds now are read from it by the decode thread that wants each
+        # (as local records are): the batch's bytes are not all in memory at once.
+        fetched = dict(zip(indices, self.remote.fetch([self.locate(i, field) for i in indices])))
+
+        def read(i: int) -> bytes:
+            data = fetched.get(i)
+            return self.read(i, field) if data is None else self._checked(i, data, field)
+        return read
 
     def _checked(self, i: int, data: bytes, field: str | None = None) -> bytes:
         """``data`` if it matches the checksum of record ``i`` (or its file ``field``); else

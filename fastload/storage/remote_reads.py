@@ -21,15 +21,17 @@ FILL_BUDGET = 32 * 2**20
 own blocks."""
 
 
-def read_places(store: RemoteStore, places: Sequence[Place]) -> list[bytes]:
+def read_places(store: RemoteStore, places: Sequence[Place], leave_cached: bool = False) -> list[bytes | None]:
     """The bytes at every place: from the cache where present, else fetched (whole pieces or
     cache blocks, so they can be kept) with every request of the batch in flight at once.
+    ``leave_cached``: None for each place the cache holds once this returns (its reader reads it
+    from there when it wants it: a batch's records are then not all in memory at once).
 
     A piece is claimed before it is fetched (``CacheEntry.claim``): one that another process
     or thread of the node is fetching is waited for, once this batch's own fetches are done
     (never while holding claims), and read from the cache. A streamed piece's records are read
     back from the cache (the page cache holds them): the piece is never whole in memory."""
-    out: list[bytes | None] = [None] * len(places)
+    out: list[Any] = [None] * len(places)  # bytes, or _LEFT
     budget = FILL_BUDGET
     direct: list[int] = []
     fills: dict[tuple[int, int], tuple[RemoteShard, int, int]] = {}
@@ -43,7 +45,7 @@ def read_places(store: RemoteStore, places: Sequence[Place]) -> list[bytes]:
             continue
         missing = entry.missing([(offset, size)])
         if not missing:
-            out[k] = _cached(entry, offset, size)
+            out[k] = _LEFT if leave_cached else _cached(entry, offset, size)
             continue
         if budget > 0:  # the whole aligned pieces around the record: later reads will want them
             missing = []
@@ -100,14 +102,17 @@ def read_places(store: RemoteStore, places: Sequence[Place]) -> list[bytes]:
             out[k] = _slice(fetched.get(id(shard), ()), offset, size)
         entry = shard.entry
         if out[k] is None and entry is not None:
-            out[k] = _cached(entry, offset, size)
+            out[k] = _LEFT if leave_cached and not entry.missing([(offset, size)]) else _cached(entry, offset, size)
         if out[k] is None:
             again.append(k)
     if again:
         for k, body in zip(again, store.read_ranges([(places[k][0].name, places[k][1], places[k][2])
                                                     for k in again])):
             out[k] = body
-    return out  # type: ignore[return-value]
+    return [None if data is _LEFT else data for data in out]
+
+
+_LEFT: Any = object()  # a place left in the cache (``leave_cached``): None in the result
 
 
 def keep(shard: RemoteShard, start: int, body: bytes) -> None:

@@ -110,7 +110,12 @@ class RemoteShards:
     def read(self, places: Sequence[Place]) -> list[bytes]:
         """The bytes at every place, from the node cache where present, else fetched with every
         request of the batch in flight at once (see ``remote_reads.read_places``)."""
-        return read_places(self.store, places)
+        return read_places(self.store, places)  # type: ignore[return-value]  # no None without leave_cached
+
+    def fetch(self, places: Sequence[Place]) -> list[bytes | None]:
+        """As ``read``, but None for each place the node cache holds once fetched: its reader
+        reads it from there when it wants it (a batch's bytes are then not all in memory at once)."""
+        return read_places(self.store, places, leave_cached=True)
 
     def fill(self, shards: Sequence[int]) -> None:
         """Fetch the missing pieces of ``shards`` into the cache in a background thread, a few at a

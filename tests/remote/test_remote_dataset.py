@@ -370,3 +370,25 @@ def test_file_fields_are_packed_to_and_read_from_the_store(tmp_path, s3_server, 
     assert [remote.record(i)["mask"] for i in range(12)] == [(tmp_path / f"{i}.m.png").read_bytes() for i in range(12)]
     got, want = remote.__getitems__(list(range(12))), local.__getitems__(list(range(12)))
     assert all(bool((got.fields[k] == want.fields[k]).all()) for k in ("image", "mask"))
+
+
+@pytest.mark.parametrize("fmt", ["lmdb", "hdf5"])
+def test_a_cached_batch_is_left_in_the_cache_for_the_decode_threads(tree, uploaded, s3_server, fmt, tmp_path):
+    """With a node cache, a batch's records are fetched into it and each is read from there by the
+    decode thread that wants it, bit-exact and checked, not all held in memory; without one, they
+    come back in memory. The batch decodes as the local pack's does."""
+    opts, indices = s3_server.storage_options(), list(range(12))
+    local = PackedDataset(tree.parent / f"local-{fmt}.fl", image_size=32, train=False)
+    for cache in (tmp_path / "c", None):
+        remote = PackedDataset(f"s3://{uploaded}/{fmt}.fl", storage_options=opts, image_size=32, train=False,
+                               cache_dir=cache, **({} if cache else {"cache_limit": 0}))
+        places = [remote.reader.locate(i) for i in indices]
+        fetched = remote.reader.remote.fetch(places)
+        if cache is None:
+            assert fetched == local.reader.read_many(indices)
+        else:
+            assert fetched == [None] * len(indices)
+        read = remote.reader.prefetched(indices)
+        assert [read(i) for i in indices] == local.reader.read_many(indices)
+        got, want = remote.__getitems__(indices), local.__getitems__(indices)
+        assert all(np.array_equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(got, want))
