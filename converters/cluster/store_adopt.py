@@ -115,8 +115,6 @@ def _fetch_part(store: RemoteStore, prefix: str, folder: Path, objects: dict[str
 def _copy(store: RemoteStore, source: str, target: str) -> RemoteObject:
     """The store copies ``source`` to ``target`` itself (no byte through here); what it then holds."""
     try:
-        store.retry.call(lambda: store.fs.copy(store.path(source), store.path(target)),
-                         lambda: f"copying {store.display(source)} to {store.display(target)}")
-        return store.stat(target)
+        return store.copy(source, target)
     except (FastloadError, OSError) as exc:
         raise PackError(f"{exc}; run the same pack again: its finished parts are reused") from None

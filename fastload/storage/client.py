@@ -59,6 +59,10 @@ class StoreClient(Protocol):
         write only over that version (FileExistsError when the condition fails), False: always."""
         ...
 
+    def copy(self, source: str, target: str) -> None:
+        """The store copies ``source`` to ``target`` itself (server-side; no byte through here)."""
+        ...
+
     def delete(self, name: str) -> None:
         """Remove ``name`` (FileNotFoundError when there is none, on stores that say so)."""
         ...

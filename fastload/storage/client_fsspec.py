@@ -95,6 +95,9 @@ class FsspecClient:
             kwargs.update({"IfNoneMatch": "*"} if if_match is None else {"IfMatch": if_match})
         self.fs.pipe_file(self.path(name), data, **kwargs)
 
+    def copy(self, source: str, target: str) -> None:
+        self.fs.copy(self.path(source), self.path(target))
+
     def delete(self, name: str) -> None:
         self.fs.rm_file(self.path(name))
 

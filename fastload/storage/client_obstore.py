@@ -99,6 +99,9 @@ class ObstoreClient:
         mode: Any = "overwrite" if if_match is False else "create" if if_match is None else {"e_tag": if_match}
         self._call(lambda: self._obstore.put(self.store, name, data, mode=mode))
 
+    def copy(self, source: str, target: str) -> None:
+        self._call(lambda: self._obstore.copy(self.store, source, target))
+
     def delete(self, name: str) -> None:
         self._call(lambda: self._obstore.delete(self.store, name))
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from fastload.storage.client import ClientName, Get, Sink, StoreClient
 from fastload.storage.client_choice import make_client
-from fastload.storage.client_fsspec import FsspecClient
 from fastload.storage.location import join, scheme_of
 from fastload.storage.retry import RetryPolicy, ShortRead, condition_failed
 
@@ -98,13 +97,12 @@ class RemoteStore:
         self.max_in_flight = max_in_flight
         self.choice = client
         self._client: StoreClient | None = None
-        self._fsspec: FsspecClient | None = None
         self._pid = -1
         self._lock = ProcessLock()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_client"], state["_fsspec"], state["_pid"] = None, None, -1
+        state["_client"], state["_pid"] = None, -1
         return state
 
     @property
@@ -113,27 +111,10 @@ class RemoteStore:
         if self._pid != os.getpid():
             with self._lock:
                 if self._pid != os.getpid():
-                    self._client, self._fsspec = make_client(self.url, self.scheme, self.options,
-                                                             self.max_in_flight, self.choice), None
+                    self._client = make_client(self.url, self.scheme, self.options, self.max_in_flight,
+                                               self.choice)
                     self._pid = os.getpid()
         return self._client  # type: ignore[return-value]
-
-    @property
-    def fs(self) -> Any:
-        """This process's fsspec filesystem for the store, whichever client reads it (for callers that
-        need fsspec itself)."""
-        client = self.client
-        if isinstance(client, FsspecClient):
-            return client.fs
-        with self._lock:
-            if self._fsspec is None:
-                self._fsspec = FsspecClient(self.url, self.scheme, self.options, self.max_in_flight)
-        return self._fsspec.fs
-
-    def path(self, name: str = "") -> str:
-        """The fsspec path of ``name`` (its URL without the scheme for stores that strip it)."""
-        full = join(self.url, name) if name else self.url
-        return full if self.scheme in ("http", "https") else full.split("://", 1)[1]
 
     def display(self, name: str = "") -> str:
         return join(self.url, name) if name else self.url
@@ -245,6 +226,13 @@ class RemoteStore:
                 return None
             raise
         return self.stat(name).etag
+
+    def copy(self, source: str, target: str) -> RemoteObject:
+        """The store copies ``source`` to ``target`` itself (no byte through here), retried; what
+        ``target`` then holds."""
+        self.retry.call(lambda: self.client.copy(source, target),
+                        lambda: f"copying {self.display(source)} to {self.display(target)}")
+        return self.stat(target)
 
     def remove(self, names: Sequence[str]) -> None:
         for name in names:

@@ -72,6 +72,15 @@ def test_reads_lists_writes_and_removes(store: RemoteStore) -> None:
         store.stat("sub/small")
 
 
+def test_the_store_copies_an_object_itself(store: RemoteStore) -> None:
+    """A server-side copy (a Ray pack's finalize adopts its parts' shards so): the same bytes at the
+    target, and the source left as it was."""
+    copied = store.copy("blob", "sub/copy")
+    assert copied == store.stat("sub/copy") and copied.size == len(DATA)
+    assert store.read_file("sub/copy", len(DATA)) == DATA and store.read_file("blob", len(DATA)) == DATA
+    store.remove(["sub/copy"])
+
+
 def test_a_large_upload_reads_back_whole(store: RemoteStore, tmp_path) -> None:
     local = tmp_path / "big"
     local.write_bytes(DATA * 3)  # over 5 MiB: obstore uploads it in parts
