@@ -57,7 +57,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from remote_rows import ROWS, peak_mb  # bench/ is the script folder, so on sys.path
+from remote_rows import ROWS, peak_mb, process_cpu  # bench/ is the script folder, so on sys.path
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -87,12 +87,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 # --- the run ----------------------------------------------------------------------------------------
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used (the server's, or this one's: the proxy)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _children_cpu() -> float:
     """CPU-seconds of this process's waited-for children (each row's process and its workers)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -111,7 +105,7 @@ def _proxy_counts(proxy: Any) -> tuple[int, int, int]:
 def _run_row(name: str, kind: str, args: dict[str, Any], proxy: Any, server_pid: int) -> dict[str, Any]:
     proxy.clear()
     proxy_pid = _proxy_counts(proxy)[2]
-    server_cpu, proxy_cpu, client_cpu = _cpu_seconds(server_pid), _cpu_seconds(proxy_pid), _children_cpu()
+    server_cpu, proxy_cpu, client_cpu = process_cpu(server_pid), process_cpu(proxy_pid), _children_cpu()
     done = subprocess.run([sys.executable, __file__, "x", "x", "--row", kind, "--row-args", json.dumps(args)],
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -123,8 +117,8 @@ def _run_row(name: str, kind: str, args: dict[str, Any], proxy: Any, server_pid:
     result["warnings"] = warned
     # the store and the proxy run on the same cores as the reader: what they took is not the reader's
     result["client_cpu_s"] = _children_cpu() - client_cpu
-    result["server_cpu_s"] = _cpu_seconds(server_pid) - server_cpu
-    result["proxy_cpu_s"] = _cpu_seconds(proxy_pid) - proxy_cpu
+    result["server_cpu_s"] = process_cpu(server_pid) - server_cpu
+    result["proxy_cpu_s"] = process_cpu(proxy_pid) - proxy_cpu
     result["requests"], result["range_bytes"], _ = _proxy_counts(proxy)
     result["name"] = name
     for e in result.get("epochs", []):
