@@ -4,6 +4,7 @@ another C library nothing changes). Both stay for the process's life: glibc has 
 * ``give_back_large_blocks``: a pack that decodes (Pillow's 16 MB blocks; converters.packing).
 * ``keep_freed_heap``: a ``pack --ray`` worker, between its parts (converters.cluster.ray_tasks).
 * ``bound_malloc_arenas``: reading an object store (the client's threads; fastload.storage.client_obstore).
+* ``give_back_freed_memory``: once a store client's burst of reads is over (the same).
 """
 
 from __future__ import annotations
@@ -60,3 +61,11 @@ def bound_malloc_arenas() -> None:
     mallopt = _mallopt()
     if mallopt is not None:
         mallopt(M_ARENA_MAX, max(2, available_cpus()))
+
+
+def give_back_freed_memory() -> None:
+    """Hand the pages of every freed block back to the system now (``malloc_trim``): after a
+    burst whose buffers are gone, the heap keeps them otherwise."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)

@@ -66,3 +66,8 @@ class StoreClient(Protocol):
     def delete(self, name: str) -> None:
         """Remove ``name`` (FileNotFoundError when there is none, on stores that say so)."""
         ...
+
+    def drop_idle_connections(self) -> None:
+        """Close the connections no request is using, and free their buffers: a burst of reads
+        is over (later requests open new ones)."""
+        ...

@@ -98,6 +98,9 @@ class FsspecClient:
     def copy(self, source: str, target: str) -> None:
         self.fs.copy(self.path(source), self.path(target))
 
+    def drop_idle_connections(self) -> None:
+        pass  # aiohttp's pool keeps them: s3fs has no call that closes only the idle ones
+
     def delete(self, name: str) -> None:
         self.fs.rm_file(self.path(name))
 

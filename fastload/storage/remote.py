@@ -234,6 +234,11 @@ class RemoteStore:
                         lambda: f"copying {self.display(source)} to {self.display(target)}")
         return self.stat(target)
 
+    def drop_idle_connections(self) -> None:
+        """Close this process's idle connections to the store (the cache now holds what is read)."""
+        if self._pid == os.getpid() and self._client is not None:
+            self._client.drop_idle_connections()
+
     def remove(self, names: Sequence[str]) -> None:
         for name in names:
             try:

@@ -55,6 +55,9 @@ class Filler(threading.Thread):
             stream.start()
         for stream in streams:
             stream.join()
+        shards = self.shards()
+        if shards is not None:  # the fill is over: its connections, and the cold start's, sit idle
+            shards.store.drop_idle_connections()  # (reads the cache had no room for connect again)
 
     def _fill(self, numbers: list[int]) -> None:
         try:

@@ -305,6 +305,46 @@ def test_filling_ahead_puts_every_shard_in_the_cache(tree, uploaded, s3_server, 
     assert not [r for r in fault_proxy.requests if "/shard-" in r.path]
 
 
+def _connections_to(port: int) -> int:
+    """This process's established TCP connections to 127.0.0.1:``port``."""
+    import os
+
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            mine.add(link[8:-1])
+    count = 0
+    for line in open("/proc/self/net/tcp").read().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "01" and int(fields[2].split(":")[1], 16) == port and fields[9] in mine:
+            count += 1
+    return count
+
+
+def test_a_finished_fill_closes_the_idle_connections(uploaded, s3_server, fault_proxy, tmp_path):
+    remote = PackedDataset(f"s3://{uploaded}/lmdb.fl", storage_options=s3_server.storage_options(fault_proxy.url),
+                           cache_dir=tmp_path / "c")
+    if remote.reader.remote.store.client.name != "obstore":
+        pytest.skip("s3fs's pool has no call that closes only its idle connections")
+    port = int(fault_proxy.url.rsplit(":", 1)[1])
+    remote.reader.read_many(list(range(0, 40, 3)))  # a cold start's batch reads: connections of their own
+    assert _connections_to(port) > 0
+    remote.fill_cache()
+    remote.reader.remote._filler.join(timeout=60)
+    deadline = time.monotonic() + 5  # each closes on the client's runtime, soon after its pool is dropped
+    while _connections_to(port) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _connections_to(port) == 0  # nothing left holding a socket and its read buffer
+    fault_proxy.clear()
+    name = remote.manifest.shards[0].file  # a later read opens a connection again
+    assert len(remote.reader.remote.store.read_ranges([(name, 0, 16)])[0]) == 16
+    assert [r for r in fault_proxy.requests if r.path.endswith(name)]
+
+
 def test_a_dropped_dataset_stops_filling_its_cache(uploaded, s3_server, fault_proxy, tmp_path, monkeypatch):
     import fastload.storage.remote_fill
 
