@@ -132,7 +132,8 @@ def _run_row(name: str, kind: str, args: dict[str, Any], proxy: Any, server_pid:
     for k, e in enumerate(result.get("epochs", [])):
         if "client_cpu_s" in e:
             print(f"  epoch {k + 1}: {e['seconds']:.2f} s, CPU-s client {e['client_cpu_s']:.2f} (training process "
-                  f"and its workers), test bed {e.get('bed_cpu_s', 0):.2f}", flush=True)
+                  f"and its workers), test bed {e.get('bed_cpu_s', 0):.2f}, resident after it "
+                  f"{e.get('resident_mb', 0):.0f} MB", flush=True)
     return result
 
 
@@ -186,6 +187,8 @@ def _ratios(by: dict[str, dict[str, Any]]) -> dict[str, float]:
         "train store / local, epoch 1: the most these cores allow": lambda: _wall_bound(by),
         "train peak RSS store / local":
             lambda: by["train, store cold+warm"]["peak_mb"] / by["train, local disk"]["peak_mb"],
+        "train RSS after epoch 1 store / local": lambda: (by["train, store cold+warm"]["epochs"][0]["resident_mb"]
+                                                          / by["train, local disk"]["epochs"][0]["resident_mb"]),
     }
     for policy in ("keep", "lru"):
         wanted[f"policy {policy}: epoch 3 rate / epoch 1 rate"] = (

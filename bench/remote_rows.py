@@ -12,10 +12,19 @@ from typing import Any
 
 def peak_mb() -> float:
     """This process's peak resident memory (VmHWM: ru_maxrss would carry the parent's peak over exec)."""
+    return _status_mb("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def resident_mb() -> float:
+    """This process's resident memory now (VmRSS)."""
+    return _status_mb("VmRSS")
+
+
+def _status_mb(field: str) -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return 0.0
 
 
 def process_cpu(pid: int) -> float:
@@ -107,7 +116,8 @@ def row_train(a: dict[str, Any]) -> dict[str, Any]:
             n += len(images)
         epochs.append({"records": n, "seconds": time.perf_counter() - start,
                        "client_cpu_s": tree_cpu(os.getpid()) - client,
-                       "bed_cpu_s": sum(map(process_cpu, bed)) - served})
+                       "bed_cpu_s": sum(map(process_cpu, bed)) - served,
+                       "resident_mb": resident_mb()})  # after the epoch: what training goes on holding
     out = dict(epochs[0])
     out["epochs"] = epochs
     out["settings"] = str(loader.settings)
