@@ -97,6 +97,9 @@ class EveryThird(torch.utils.data.Sampler):
     def __init__(self, n: int) -> None:
         self.n = n
 
+    def __repr__(self) -> str:  # stable test ids: pytest-xdist's workers must collect the same names
+        return f"EveryThird({self.n})"
+
     def __iter__(self):
         return iter(list(range(self.n - 1, -1, -3)) + list(range(0, self.n, 3)))
 
@@ -109,6 +112,9 @@ class UnevenBatches(torch.utils.data.Sampler):
 
     def __init__(self, n: int) -> None:
         self.n = n
+
+    def __repr__(self) -> str:  # stable test ids: pytest-xdist's workers must collect the same names
+        return f"UnevenBatches({self.n})"
 
     def _batches(self) -> list[list[int]]:
         order, out, size = list(range(self.n))[::-1], [], 1
