@@ -18,10 +18,16 @@ from fastload.converters.cluster.task_shards import SinkSettings, TaskPart
 from fastload.converters.packing.report import progress_bar
 
 from fastload.errors import PackError
-from fastload.storage.allocator import keep_freed_heap
+from fastload.storage.allocator import bounded_arenas_env, keep_freed_heap
 
 RETRIES = 3  # Ray's re-runs of a task whose worker or node died (a task's own error is not retried)
 KEPT_BETWEEN_PARTS = 256 * 2**20  # freed heap a worker keeps for its next part (a part reads ahead 64 MB)
+WORKER_ARENAS = 2
+"""malloc arenas of a task's worker process. A Ray worker's 21 threads of its own had taken most of
+glibc's 16 (2 cores), so each part's new read threads were dealt arenas other than those the last
+part's threads freed into: 56k-90k page faults a task of ~270 MB, and every page zeroed. With 2,
+500-1,300 after the workers' first parts (as in a fork pool), and the tasks' work took 0.87-0.91 s
+against 1.05-1.35 s (bench/README.md, issue 28)."""
 
 
 def write_parts(source: PartSource, parts: list[Any], settings: SinkSettings) -> list[TaskPart | None]:
@@ -46,13 +52,19 @@ def keep_freed_memory() -> None:
     keep_freed_heap(KEPT_BETWEEN_PARTS)
 
 
+def task_options() -> dict[str, Any]:
+    """The Ray options of a pack task: one CPU, re-run where its node is lost, and worker processes
+    started with their malloc arenas bounded (a task's ``env_vars`` merge with the job's)."""
+    return {"num_cpus": 1, "max_retries": RETRIES, "runtime_env": {"env_vars": bounded_arenas_env(WORKER_ARENAS)}}
+
+
 def run_tasks(slices: list[TaskSlice], source: PartSource, settings: SinkSettings,
               progress: bool) -> list[TaskPart | None]:
     """Every slice's task run on the connected Ray cluster; their parts, in slice order. On an error
     (or an interrupt) the tasks still running are cancelled and the error raised."""
     import ray
 
-    task = ray.remote(num_cpus=1, max_retries=RETRIES)(write_parts)
+    task = ray.remote(**task_options())(write_parts)
     pending = {task.remote(source, s.parts, settings): (k, s.listed_bytes) for k, s in enumerate(slices)}
     results: dict[int, list[TaskPart | None]] = {}
     try:

@@ -5,6 +5,7 @@ another C library nothing changes). Both stay for the process's life: glibc has 
 * ``keep_freed_heap``: a ``pack --ray`` worker, between its parts (converters.cluster.ray_tasks).
 * ``bound_malloc_arenas``: reading an object store (the client's threads; fastload.storage.client_obstore).
 * ``give_back_freed_memory``: once a store client's burst of reads is over (the same).
+* ``bounded_arenas_env``: the environment a ``pack --ray`` task's worker process starts with.
 """
 
 from __future__ import annotations
@@ -69,3 +70,25 @@ def give_back_freed_memory() -> None:
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
     if trim is not None:
         trim(0)
+
+
+def bounded_arenas_env(arenas: int) -> dict[str, str]:
+    """The environment that bounds a process started with it to ``arenas`` malloc arenas, unless
+    this process's ``MALLOC_ARENA_MAX`` says otherwise (the user's choice wins). Only a new process
+    can be bounded from its start: arenas already made stay, and later threads share them all."""
+    return {"MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", str(arenas))}
+
+
+def malloc_arenas() -> int | None:
+    """The malloc arenas this process has now (glibc's ``malloc_info``), or None under another C library."""
+    import tempfile
+
+    libc = ctypes.CDLL(None)
+    if getattr(libc, "malloc_info", None) is None:
+        return None
+    libc.fopen.restype = ctypes.c_void_p
+    with tempfile.NamedTemporaryFile(suffix=".xml") as info:
+        stream = libc.fopen(info.name.encode(), b"w")
+        libc.malloc_info(0, ctypes.c_void_p(stream))
+        libc.fclose(ctypes.c_void_p(stream))
+        return open(info.name).read().count("<heap nr=")

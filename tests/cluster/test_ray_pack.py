@@ -137,6 +137,40 @@ def test_a_rerun_reuses_the_shards_written(cluster: Cluster, photos: tuple[Path,
     assert_same_records(out, local)
 
 
+def _arenas_after_threads() -> tuple[str | None, int | None]:
+    """In a Ray worker: threads that allocate and exit, as each part's read threads do; then the
+    worker's MALLOC_ARENA_MAX and its malloc arenas."""
+    import os
+    import threading
+
+    from fastload.storage.allocator import malloc_arenas
+
+    def allocate() -> None:
+        blocks = [bytes(100_000) for _ in range(64)]
+        del blocks
+    for _ in range(3):
+        threads = [threading.Thread(target=allocate) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return os.environ.get("MALLOC_ARENA_MAX"), malloc_arenas()
+
+
+def test_a_pack_tasks_worker_shares_a_few_malloc_arenas(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ray worker's own threads take most of glibc's arenas, and each part's new read threads were
+    dealt arenas other than the ones the last part freed into (tens of thousands of page faults a
+    task). Pack tasks run in workers started with their arenas bounded; a user's own bound wins."""
+    from fastload.converters.cluster.ray_tasks import WORKER_ARENAS, task_options
+
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    limit, arenas = ray.get(ray.remote(**task_options())(_arenas_after_threads).remote())
+    assert limit == str(WORKER_ARENAS)
+    assert arenas is not None and arenas <= WORKER_ARENAS
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "3")
+    assert ray.get(ray.remote(**task_options())(_arenas_after_threads).remote())[0] == "3"
+
+
 def test_a_node_lost_mid_pack_loses_no_record(cluster: Cluster, photos: tuple[Path, Path], tmp_path: Path) -> None:
     from fastload.ray import PackSink
 
