@@ -86,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     local = args.work / "local.fl"
     pool = multiprocessing.get_context("fork").Pool(2)
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    task = ray.remote(num_cpus=1)(write_slice)
+    from fastload.converters.cluster.ray_tasks import task_options
+
+    task = ray.remote(**task_options())(write_slice)  # the pack's own options (its workers' malloc arenas)
 
     def clean() -> None:
         for entry in parts.iterdir():
