@@ -1,17 +1,20 @@
-"""glibc malloc settings fastload makes for the process it runs in, each for a measured cause (with
-another C library nothing changes). Both stay for the process's life: glibc has no per-thread ones.
+"""glibc malloc settings fastload makes for the process it runs in (or for the worker processes it
+starts), each for a measured cause (with another C library nothing changes). A setting stays for
+the process's life: glibc has no per-thread ones.
 
 * ``give_back_large_blocks``: a pack that decodes (Pillow's 16 MB blocks; converters.packing).
 * ``keep_freed_heap``: a ``pack --ray`` worker, between its parts (converters.cluster.ray_tasks).
 * ``bound_malloc_arenas``: reading an object store (the client's threads; fastload.storage.client_obstore).
 * ``give_back_freed_memory``: once a store client's burst of reads is over (the same).
 * ``bounded_arenas_env``: the environment a ``pack --ray`` task's worker process starts with.
+* ``malloc_arenas``: how many arenas a process has (what the tests count).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+from pathlib import Path
 from typing import Any
 
 from fastload.config import available_cpus
@@ -91,4 +94,4 @@ def malloc_arenas() -> int | None:
         stream = libc.fopen(info.name.encode(), b"w")
         libc.malloc_info(0, ctypes.c_void_p(stream))
         libc.fclose(ctypes.c_void_p(stream))
-        return open(info.name).read().count("<heap nr=")
+        return Path(info.name).read_text().count("<heap nr=")
