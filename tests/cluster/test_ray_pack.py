@@ -1,10 +1,11 @@
 """fastload.ray.PackSink on a real Ray cluster of two nodes on this machine (one CPU each), started
 once for the module: folders and Parquet tables packed by Ray read back bit-exact against a local
 ``fastload.pack`` of the same source, in the same order; the same pack twice gives the same index;
-a failed pack leaves the old dataset; a re-run reuses the tasks' finished shards; a node lost
-mid-pack leaves every record exactly once and no orphan file; ``fastload pack SRC --ray ADDRESS`` on a
-folder, a JSONL list and WebDataset tars gives a local pack's records, skips a bad picture as it
-does, and run again after a failed run reuses the parts its tasks had finished."""
+a failed pack leaves the old dataset; a re-run reuses the tasks' finished shards; the tasks' worker
+processes share a few malloc arenas; a node lost mid-pack leaves every record exactly once and no
+orphan file; ``fastload pack SRC --ray ADDRESS`` on a folder, a JSONL list and WebDataset tars gives
+a local pack's records, skips a bad picture as it does, and run again after a failed run reuses the
+parts its tasks had finished."""
 
 from __future__ import annotations
 
