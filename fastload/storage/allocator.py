@@ -22,9 +22,9 @@ from fastload.config import available_cpus
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8  # glibc's mallopt parameters
 
 
-def _mallopt() -> Any:
-    """glibc's ``mallopt``, or None under another C library."""
-    return getattr(ctypes.CDLL(None), "mallopt", None)
+def _glibc(name: str) -> Any:
+    """glibc's function ``name`` (``mallopt``, ``malloc_trim``, ...), or None under another C library."""
+    return getattr(ctypes.CDLL(None), name, None)
 
 
 def give_back_large_blocks(threshold: int = 4 * 2**20) -> None:
@@ -35,7 +35,7 @@ def give_back_large_blocks(threshold: int = 4 * 2**20) -> None:
     arena of the thread that decoded it: 8 decode threads kept 8 images' worth of memory (8 PNGs
     of 48 Mpx: 1,147 MB peak, 410 MB with this). Setting the threshold fixes it for the process.
     """
-    mallopt = _mallopt()
+    mallopt = _glibc("mallopt")
     if mallopt is not None:
         mallopt(M_MMAP_THRESHOLD, threshold)
 
@@ -43,7 +43,7 @@ def give_back_large_blocks(threshold: int = 4 * 2**20) -> None:
 def keep_freed_heap(top: int) -> None:
     """Keep up to ``top`` bytes of freed heap for the next allocations instead of handing them back
     (``M_TRIM_THRESHOLD``), blocks of 4 MB or more still going back at once (give_back_large_blocks)."""
-    mallopt = _mallopt()
+    mallopt = _glibc("mallopt")
     if mallopt is not None:
         give_back_large_blocks()  # a fixed mmap threshold: smaller blocks come from the heap kept below
         mallopt(M_TRIM_THRESHOLD, top)
@@ -62,7 +62,7 @@ def bound_malloc_arenas() -> None:
     """
     if "MALLOC_ARENA_MAX" in os.environ:
         return
-    mallopt = _mallopt()
+    mallopt = _glibc("mallopt")
     if mallopt is not None:
         mallopt(M_ARENA_MAX, max(2, available_cpus()))
 
@@ -70,7 +70,7 @@ def bound_malloc_arenas() -> None:
 def give_back_freed_memory() -> None:
     """Hand the pages of every freed block back to the system now (``malloc_trim``): after a
     burst whose buffers are gone, the heap keeps them otherwise."""
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    trim = _glibc("malloc_trim")
     if trim is not None:
         trim(0)
 
@@ -86,9 +86,9 @@ def malloc_arenas() -> int | None:
     """The malloc arenas this process has now (glibc's ``malloc_info``), or None under another C library."""
     import tempfile
 
-    libc = ctypes.CDLL(None)
-    if getattr(libc, "malloc_info", None) is None:
+    if _glibc("malloc_info") is None:
         return None
+    libc = ctypes.CDLL(None)
     libc.fopen.restype = ctypes.c_void_p
     with tempfile.NamedTemporaryFile(suffix=".xml") as info:
         stream = libc.fopen(info.name.encode(), b"w")
