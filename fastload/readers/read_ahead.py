@@ -37,6 +37,12 @@ BATCH_FETCHES = 4
 """Threads fetching remote batches started ahead (``start_reads``): one waited for, one behind it,
 for two readers at once."""
 
+SHARD_OPENS = 8
+"""Remote shards a process opens at once at most (``ShardReader.open_shards``)."""
+
+OPENS_IN_TURN = 8
+"""Shards opened one after another before more are opened side by side (``ShardReader.open_shards``)."""
+
 _pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}  # name -> (pid that made it, pool)
 
 
@@ -59,6 +65,11 @@ def cold_reads() -> ThreadPoolExecutor:
 def batch_fetches() -> ThreadPoolExecutor:
     """The remote batches started ahead."""
     return _process_pool("fetch", BATCH_FETCHES)
+
+
+def shard_opens() -> ThreadPoolExecutor:
+    """The remote shards being opened side by side."""
+    return _process_pool("open", SHARD_OPENS)
 
 
 def will_need(places: Sequence[tuple[int, int, int]]) -> None:

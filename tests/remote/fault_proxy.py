@@ -158,7 +158,9 @@ class FaultProxy:
 
     ``latency`` (seconds before each request is served) and ``bandwidth`` (bytes/second per
     response body, or None) may be set at any time; ``fail_next`` queues faults (see ``FAULTS``).
-    ``connections``/``upstream_connections`` count connections accepted/opened.
+    ``connections``/``upstream_connections`` count connections accepted/opened;
+    ``most_in_flight`` is the most requests it served at once (from a request's head to the end
+    of its response) since the start or the last ``clear()``.
 
     Faults on a response: ``truncate`` sends about half of it and closes; ``stall`` sends the head
     (its Content-Length now larger than what follows) and half the body, then nothing until the
@@ -173,6 +175,7 @@ class FaultProxy:
         self.port = 0
         self.connections = self.upstream_connections = 0
         self.endless_sent = 0
+        self.in_flight = self.most_in_flight = 0
         self._lock = threading.Lock()
         self._pending: list[_Pending] = []
         self._requests: list[ProxyRequest] = []
@@ -224,6 +227,7 @@ class FaultProxy:
             self._requests.clear()
             self._faults.clear()
             self._errors.clear()
+            self.most_in_flight = self.in_flight
 
     def reset_faults(self) -> None:
         """Drop pending faults and go back to no latency and no bandwidth cap."""
@@ -290,8 +294,10 @@ class FaultProxy:
         self._tasks.add(task)  # type: ignore[arg-type]
         self.connections += 1
         upstream: tuple[Reader, Writer] | None = None
+        serving = False
         try:
             while (head := await _read_head(c_reader, first=True)) is not None:
+                serving = self._served(serving, True)
                 start, headers, lower = _parse_head(head)
                 method, version = start[0], (start[2] if len(start) > 2 else "HTTP/1.0")
                 conn = lower.get("connection", "").lower()  # HTTP/1.0 closes unless asked not to
@@ -333,6 +339,7 @@ class FaultProxy:
                     upstream = None
                 if not keep_client:
                     return
+                serving = self._served(serving, False)  # the response is out: the next head is the client's
         except (_Closed, ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass  # a peer hung up or broke framing: drop the connection, as a server would
         except asyncio.CancelledError:
@@ -341,11 +348,22 @@ class FaultProxy:
             with self._lock:  # kept for ``errors`` (tests assert it stays empty)
                 self._errors.append(e)
         finally:
+            self._served(serving, False)
             self._tasks.discard(task)  # type: ignore[arg-type]
             if upstream is not None:
                 upstream[1].transport.abort()
             if not c_writer.transport.is_closing():
                 c_writer.close()
+
+    def _served(self, serving: bool, starting: bool) -> bool:
+        """Count the connection's request in flight out (``serving``) and a new one in
+        (``starting``); whether one is in flight now."""
+        with self._lock:
+            self.in_flight -= serving
+            if starting:
+                self.in_flight += 1
+                self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        return starting
 
     async def _relay(self, u_reader: Reader, c_writer: Writer, method: str, fault: str | None,
                      client_close: bool) -> tuple[bool, bool]:

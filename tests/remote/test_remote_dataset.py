@@ -11,6 +11,7 @@ import pytest
 
 from fastload.converters import pack
 from fastload import PackedDataset
+from fastload.readers.read_ahead import OPENS_IN_TURN, SHARD_OPENS
 from fastload.errors import (
     CorruptRecordError, DatasetNotFoundError, ManifestError, RemoteAccessDenied, RemoteReadError,
 )
@@ -377,6 +378,67 @@ def test_opening_a_shard_reads_its_tree_a_level_at_a_time(tmp_path, s3_server, s
     gets = [r for r in fault_proxy.requests if "/shard-" in r.path]
     # both meta pages at once, the root, the leaves, then the records: not one request per page
     assert remote.manifest.shards[0].bytes // 4096 > 20 and len(gets) <= 5, [g.headers.get("range") for g in gets]
+
+
+@pytest.fixture(scope="module")
+def many_shards(tree, s3_server):
+    """The 40 JPEGs packed to the store a record or two a shard (tens of shards)."""
+    url = f"s3://{s3_server.make_bucket('many-shards')}/lmdb.fl"
+    pack(tree, url, shard_size="4KB", progress=False, storage_options=s3_server.storage_options(),
+         staging=tree.parent / "staging-many")
+    return url
+
+
+def _chains(shards: int) -> int:
+    """Opens side by side for ``shards`` new shards (``ShardReader.open_shards``)."""
+    chains = min(SHARD_OPENS, -(-shards // OPENS_IN_TURN))
+    assert chains >= 2, "the dataset must have more shards than are opened in turn"
+    return chains
+
+
+def test_the_shards_a_batch_needs_are_opened_side_by_side(tree, many_shards, s3_server, fault_proxy):
+    remote = PackedDataset(many_shards, storage_options=s3_server.storage_options(fault_proxy.url), cache_limit=0)
+    shards = len(remote.manifest.shards)
+    fault_proxy.latency = 0.05  # each open is a few requests in turn: opened side by side, they overlap
+    fault_proxy.clear()
+    remote.reader.open_shards(range(shards))
+    # opened in turn, one request would have been in flight at a time (each tree is its root page)
+    assert fault_proxy.most_in_flight >= _chains(shards)
+    fault_proxy.clear()
+    firsts = [int(np.flatnonzero(remote.index.shard == s)[0]) for s in range(shards)]
+    local = PackedDataset(tree.parent / "local-lmdb.fl")
+    assert remote.reader.read_many(firsts) == local.reader.read_many(firsts)  # one tree, one record order
+    assert not [r for r in fault_proxy.requests if "/shard-" in r.path
+                and r.headers.get("range", "").startswith("bytes=0-")]  # each opened once: no meta page again
+
+
+def test_a_batch_opens_the_shards_it_needs_side_by_side(many_shards, s3_server, fault_proxy):
+    remote = PackedDataset(many_shards, storage_options=s3_server.storage_options(fault_proxy.url), image_size=32,
+                           train=False, cache_limit=0)
+    shards = len(remote.manifest.shards)
+    fault_proxy.latency = 0.05
+    fault_proxy.clear()
+    firsts = [int(np.flatnonzero(remote.index.shard == s)[0]) for s in range(shards)]
+    assert len(remote.__getitems__(firsts)) == shards
+    reads = [r.headers.get("range", "") for r in fault_proxy.requests if "/shard-" in r.path]
+    metas = [k for k, at in enumerate(reads) if at.startswith("bytes=0-")]
+    assert len(metas) == shards  # each shard opened once
+    # the first opens of every chain began before any had its answer (opened in turn, the
+    # second request would have been the first shard's root page)
+    assert metas[:_chains(shards)] == list(range(_chains(shards))), reads
+
+
+def test_a_handful_of_shards_are_opened_in_turn(uploaded, s3_server, fault_proxy):
+    remote = PackedDataset(f"s3://{uploaded}/lmdb.fl", storage_options=s3_server.storage_options(fault_proxy.url),
+                           cache_limit=0)
+    shards = len(remote.manifest.shards)
+    assert 1 < shards <= OPENS_IN_TURN
+    fault_proxy.clear()
+    firsts = [int(np.flatnonzero(remote.index.shard == s)[0]) for s in range(shards)]
+    assert len(remote.reader.read_many(firsts)) == shards
+    reads = [r.headers.get("range", "") for r in fault_proxy.requests if "/shard-" in r.path]
+    metas = [k for k, at in enumerate(reads) if at.startswith("bytes=0-")]
+    assert len(metas) == shards and metas[1] > 1, reads  # the first shard's walk done before the next began
 
 
 def test_a_refused_manifest_says_access_denied_not_re_pack(uploaded, s3_server, fault_proxy):
