@@ -21,7 +21,8 @@ machine the test bed itself took. Rows:
   range fetched alone (where it lies is taken from the local copy's index). Left out, with a note,
   when ``s3torchconnector`` is not installed (``pip install s3torchconnector``; a dev dependency);
 * ``packed, no cache``: ``PackedDataset(url, cache_limit=0)``: each record's exact byte range,
-  neighbours coalesced;
+  neighbours coalesced; ``shards opened in turn``: the same with each shard's open (its tree
+  walked) one after another, as before the opens went side by side (a pack of many shards shows it);
 * ``packed, cache cold`` / ``warm``: with the node cache (epoch 1 fetches aligned 4 MiB pieces and
   keeps them; epoch 2 reads the cache); ``fill ahead``: the cold epoch with the background fill
   that fastload.DataLoader starts as an epoch begins (what the loader's reads see); ``fill ahead,
@@ -131,9 +132,9 @@ def _run_row(name: str, kind: str, args: dict[str, Any], proxy: Any, server_pid:
           f" (bed {(result['server_cpu_s'] + result['proxy_cpu_s']) / total:.2f} cores)", flush=True)
     for k, e in enumerate(result.get("epochs", [])):
         if "client_cpu_s" in e:
-            print(f"  epoch {k + 1}: {e['seconds']:.2f} s, CPU-s client {e['client_cpu_s']:.2f} (training process "
-                  f"and its workers), test bed {e.get('bed_cpu_s', 0):.2f}, resident after it "
-                  f"{e.get('resident_mb', 0):.0f} MB", flush=True)
+            print(f"  epoch {k + 1}: {e['seconds']:.2f} s (first batch {e['first_batch_s']:.2f} s), CPU-s "
+                  f"client {e['client_cpu_s']:.2f} (training process and its workers), test bed "
+                  f"{e.get('bed_cpu_s', 0):.2f}, resident after it {e.get('resident_mb', 0):.0f} MB", flush=True)
     return result
 
 
@@ -182,6 +183,10 @@ def _ratios(by: dict[str, dict[str, Any]]) -> dict[str, float]:
             lambda: paired("local disk cold, fastload", "local disk cold, pread x64"),
         "local cold: a batch at a time / threaded pread (median of rounds)":
             lambda: paired("local disk cold, a batch at a time", "local disk cold, pread x64"),
+        "packed no cache / the same, shards opened in turn":
+            lambda: rate("packed, no cache") / rate("packed, no cache, shards opened in turn"),
+        "train store, epoch 1 / the same, shards opened in turn":
+            lambda: rate("train, store cold+warm", 0) / rate("train, store cold+warm, shards opened in turn", 0),
         "train store / local, epoch 1": lambda: rate("train, store cold+warm", 0) / rate("train, local disk", 0),
         "train store / local, epoch 2": lambda: rate("train, store cold+warm", 1) / rate("train, local disk", 1),
         "train store / local, epoch 1: the most these cores allow": lambda: _wall_bound(by),
@@ -297,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(f"no s3torchconnector rows: {CONNECTOR_MISSING}", flush=True)
             row("packed, no cache", "raw", url=packed_url)
+            row("packed, no cache, shards opened in turn", "raw", url=packed_url, opens_in_turn=True)
             if connector:
                 row(CONNECTOR_RANGED, "connector", url=packed_url, local=args.packed, ranged=True,
                     records=args.small_records)
@@ -320,8 +326,9 @@ def main(argv: list[str] | None = None) -> int:
                 bed_pids = [server.process.pid, _proxy_counts(proxy)[2]]
                 row("train, local disk", "train", local=args.packed, epochs=2)
                 row("train, store cold+warm", "train", url=packed_url, epochs=2, cache_dir=cache("t"),
-                    bed_pids=bed_pids,
-                    cache_limit=4 * total)
+                    bed_pids=bed_pids, cache_limit=4 * total)
+                row("train, store cold+warm, shards opened in turn", "train", url=packed_url, epochs=2,
+                    cache_dir=cache("t2"), bed_pids=bed_pids, cache_limit=4 * total, opens_in_turn=True)
     finally:
         server.stop()
         if args.work is None:  # the caches it made: GBs a run

@@ -73,10 +73,19 @@ def _dataset(a: dict[str, Any], **kw: Any) -> Any:
     return PackedDataset(a["local"], **kw)
 
 
+def _opens_in_turn(a: dict[str, Any]) -> None:
+    """A row comparing shards opened one after another (as before f2ab580), side by side with the default."""
+    if a.get("opens_in_turn"):
+        import fastload.readers.base
+
+        fastload.readers.base.SHARD_OPENS = 1
+
+
 def row_raw(a: dict[str, Any]) -> dict[str, Any]:
     """Shuffled raw record reads, a batch of 64 at a time, for ``epochs`` epochs."""
     import numpy as np
 
+    _opens_in_turn(a)
     if "fill_streams" in a:  # a row comparing fill streams side by side
         import fastload.storage.remote_fill
 
@@ -103,6 +112,7 @@ def row_raw(a: dict[str, Any]) -> dict[str, Any]:
 def row_train(a: dict[str, Any]) -> dict[str, Any]:
     import fastload
 
+    _opens_in_turn(a)
     ds = _dataset(a, image_size=224, train=True)
     if ds.reader.remote is not None:
         ds.reader.remote.store.max_in_flight = a["in_flight"]
@@ -110,11 +120,12 @@ def row_train(a: dict[str, Any]) -> dict[str, Any]:
     bed = a.get("bed_pids", [])  # the server's and the proxy's: CPU each epoch took from these cores
     epochs = []
     for epoch in range(a.get("epochs", 1)):
-        start, n = time.perf_counter(), 0
+        start, n, first = time.perf_counter(), 0, None
         client, served = tree_cpu(os.getpid()), sum(map(process_cpu, bed))
         for images, _ in loader:
             n += len(images)
-        epochs.append({"records": n, "seconds": time.perf_counter() - start,
+            first = first or time.perf_counter() - start
+        epochs.append({"records": n, "seconds": time.perf_counter() - start, "first_batch_s": first,
                        "client_cpu_s": tree_cpu(os.getpid()) - client,
                        "bed_cpu_s": sum(map(process_cpu, bed)) - served,
                        "resident_mb": resident_mb()})  # after the epoch: what training goes on holding
