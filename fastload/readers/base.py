@@ -7,7 +7,6 @@ import stat
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +24,6 @@ from fastload.readers.read_ahead import (
     will_need,
 )
 from fastload.storage.remote_shards import RemoteShards
-
-MAX_FETCHES_AHEAD = 8
-"""Batches ``fetch_ahead`` keeps started for ``prefetched`` to take; past it the oldest is forgotten
-(its bytes still land in the cache)."""
 
 
 class ShardReader:
@@ -49,13 +44,10 @@ class ShardReader:
         self._pid = -1
         self._handles: dict[int, Any] = {}
         self._opening: dict[int, threading.Lock] = {}  # a lock per shard being opened
-        self._ahead: dict[tuple[tuple[int, ...], str | None], Future[list[bytes | None]]] = {}
-        self._ahead_pid = -1
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_pid"], state["_handles"], state["_opening"] = -1, {}, {}
-        state["_ahead"], state["_ahead_pid"] = {}, -1
         return state
 
     def handle(self, shard: int) -> Any:
@@ -76,7 +68,9 @@ class ShardReader:
         with opening:
             handle = self._handles.get(shard)
             if handle is None:
-                handle = self._handles[shard] = self.open_shard(shard)
+                handle = self.open_shard(shard)
+                with _open_lock:  # close() may be going through the handles
+                    self._handles[shard] = handle
         return handle
 
     def open_shards(self, shards: Iterable[int]) -> None:
@@ -149,39 +143,12 @@ class ShardReader:
             return lambda i: self.read(i, field)
         # Records the node cache holds now are read from it by the decode thread that wants each
         # (as local records are): the batch's bytes are not all in memory at once.
-        ahead = self._take_ahead(indices, field)
-        got = ahead.result() if ahead is not None else self.remote.fetch(self._remote_places(indices, field))
-        fetched = dict(zip(indices, got))
+        fetched = dict(zip(indices, self.remote.fetch(self._remote_places(indices, field))))
 
         def read(i: int) -> bytes:
             data = fetched.get(i)
             return self.read(i, field) if data is None else self._checked(i, data, field)
         return read
-
-    def fetch_ahead(self, indices: Sequence[int], field: str | None = None) -> None:
-        """Start fetching the records of a batch that comes later (``field``: their file field's
-        files) into the node cache, and return at once; ``prefetched`` for the same records then
-        waits for that fetch instead of starting its own. For a remote dataset with a node cache
-        only (elsewhere nothing: local records need no fetch, and without a cache the bytes would
-        wait in memory). A fetch that fails raises in ``prefetched``, in the batch's turn."""
-        if self.remote is None or self.remote.cache is None or len(indices) < 2:
-            return
-        key = (tuple(int(i) for i in indices), field)
-        with _open_lock:
-            if self._ahead_pid != os.getpid():
-                self._ahead, self._ahead_pid = {}, os.getpid()  # a parent's futures are not this process's
-            if key in self._ahead:
-                return
-            while len(self._ahead) >= MAX_FETCHES_AHEAD:  # never taken (a sampler that changed course)
-                self._ahead.pop(next(iter(self._ahead)))
-            self._ahead[key] = batch_fetches().submit(
-                lambda: self.remote.fetch(self._remote_places(indices, field)))  # type: ignore[union-attr]
-
-    def _take_ahead(self, indices: Sequence[int], field: str | None) -> Future[list[bytes | None]] | None:
-        if not self._ahead or self._ahead_pid != os.getpid():
-            return None
-        with _open_lock:
-            return self._ahead.pop((tuple(int(i) for i in indices), field), None)
 
     def _checked(self, i: int, data: bytes, field: str | None = None) -> bytes:
         """``data`` if it matches the checksum of record ``i`` (or its file ``field``); else
