@@ -187,6 +187,11 @@ def _ratios(by: dict[str, dict[str, Any]]) -> dict[str, float]:
             lambda: rate("packed, no cache") / rate("packed, no cache, shards opened in turn"),
         "train store, epoch 1 / the same, shards opened in turn":
             lambda: rate("train, store cold+warm", 0) / rate("train, store cold+warm, shards opened in turn", 0),
+        "train store, epoch 1 / the same, fill 4 pieces a group":
+            lambda: rate("train, store cold+warm", 0) / rate("train, store cold+warm, fill 4 pieces a group", 0),
+        "train peak RSS store / the same, fill 4 pieces a group":
+            lambda: (by["train, store cold+warm"]["peak_mb"]
+                     / by["train, store cold+warm, fill 4 pieces a group"]["peak_mb"]),
         "train store / local, epoch 1": lambda: rate("train, store cold+warm", 0) / rate("train, local disk", 0),
         "train store / local, epoch 2": lambda: rate("train, store cold+warm", 1) / rate("train, local disk", 1),
         "train store / local, epoch 1: the most these cores allow": lambda: _wall_bound(by),
@@ -329,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
                     bed_pids=bed_pids, cache_limit=4 * total)
                 row("train, store cold+warm, shards opened in turn", "train", url=packed_url, epochs=2,
                     cache_dir=cache("t2"), bed_pids=bed_pids, cache_limit=4 * total, opens_in_turn=True)
+                row("train, store cold+warm, fill 4 pieces a group", "train", url=packed_url, epochs=2,
+                    cache_dir=cache("t3"), bed_pids=bed_pids, cache_limit=4 * total, fill_group=4)
     finally:
         server.stop()
         if args.work is None:  # the caches it made: GBs a run

@@ -73,23 +73,25 @@ def _dataset(a: dict[str, Any], **kw: Any) -> Any:
     return PackedDataset(a["local"], **kw)
 
 
-def _opens_in_turn(a: dict[str, Any]) -> None:
-    """A row comparing shards opened one after another (as before f2ab580), side by side with the default."""
-    if a.get("opens_in_turn"):
-        import fastload.readers.base
+def _variant(a: dict[str, Any]) -> None:
+    """A row comparing a setting side by side with the default: the shards opened one after
+    another (as before f2ab580), or the fill's streams or pieces a group."""
+    import fastload.readers.base
+    import fastload.storage.remote_fill
 
+    if a.get("opens_in_turn"):
         fastload.readers.base.SHARD_OPENS = 1
+    if "fill_streams" in a:
+        fastload.storage.remote_fill.FILL_STREAMS = a["fill_streams"]
+    if "fill_group" in a:
+        fastload.storage.remote_fill.FILL_GROUP = a["fill_group"]
 
 
 def row_raw(a: dict[str, Any]) -> dict[str, Any]:
     """Shuffled raw record reads, a batch of 64 at a time, for ``epochs`` epochs."""
     import numpy as np
 
-    _opens_in_turn(a)
-    if "fill_streams" in a:  # a row comparing fill streams side by side
-        import fastload.storage.remote_fill
-
-        fastload.storage.remote_fill.FILL_STREAMS = a["fill_streams"]
+    _variant(a)
     ds = _dataset(a)
     if ds.reader.remote is not None:
         ds.reader.remote.store.max_in_flight = a["in_flight"]
@@ -112,7 +114,7 @@ def row_raw(a: dict[str, Any]) -> dict[str, Any]:
 def row_train(a: dict[str, Any]) -> dict[str, Any]:
     import fastload
 
-    _opens_in_turn(a)
+    _variant(a)
     ds = _dataset(a, image_size=224, train=True)
     if ds.reader.remote is not None:
         ds.reader.remote.store.max_in_flight = a["in_flight"]

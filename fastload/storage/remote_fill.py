@@ -13,14 +13,17 @@ from fastload.storage.remote import RemoteStore
 from fastload.storage.remote_reads import FILL_PIECE
 from fastload.storage.remote_shard import RemoteShard
 
-FILL_GROUP = 4
-"""Pieces one fill stream fetches at once (16 MiB in memory)."""
+FILL_GROUP = 8
+"""Pieces one fill stream fetches at once, each written into its cache file as it arrives (a GET in
+flight holds a 256 KiB buffer and its connection's, not its piece). Training from the store
+(bench/remote_bench.py, the photos through 20 ms), 8 against 4 a group: the fill done in 1.3-1.5 s,
+not 1.6-1.9 s; epoch 1 5.8-6.0 s, not 6.2-6.5 s; peak memory no higher."""
 
 FILL_STREAMS = 3
 """Fill streams of a process, each taking every third shard a group at a time: a group ends with
 its slowest piece, and the other streams keep pieces in flight across those waits (cold shuffled
 reads with the fill ahead, bench/remote_bench.py: 1,995 / 2,246 / 2,562 records/s with 1 / 2 / 3
-streams, 20 ms a request; 16 MiB more in flight per stream)."""
+streams, 20 ms a request, 4 pieces a group)."""
 
 
 class FillSource(Protocol):
