@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 from fastload.converters import pack
 from fastload import PackedDataset
@@ -426,6 +427,20 @@ def test_a_batch_opens_the_shards_it_needs_side_by_side(many_shards, s3_server, 
     # the first opens of every chain began before any had its answer (opened in turn, the
     # second request would have been the first shard's root page)
     assert metas[:_chains(shards)] == list(range(_chains(shards))), reads
+
+
+def test_hdf5_shards_opened_side_by_side_read_what_the_local_pack_holds(tree, s3_server, tmp_path):
+    url = f"s3://{s3_server.make_bucket('many-hdf5')}/hdf5.fl"
+    pack(tree, url, format="hdf5", shard_size="4KB", progress=False, storage_options=s3_server.storage_options(),
+         staging=tmp_path / "stage")
+    remote = PackedDataset(url, storage_options=s3_server.storage_options(), image_size=32, train=False,
+                           cache_dir=tmp_path / "cache")
+    local = PackedDataset(tree.parent / "local-hdf5.fl", image_size=32, train=False)
+    _chains(len(remote.manifest.shards))  # enough shards to open side by side (h5py reads each header)
+    everything = list(range(len(remote)))
+    got, want = remote.__getitems__(everything), local.__getitems__(everything)
+    assert len(got) == len(want) == len(everything)
+    assert all(torch.equal(a, b) and la == lb for (a, la), (b, lb) in zip(got, want))
 
 
 def test_a_handful_of_shards_are_opened_in_turn(uploaded, s3_server, fault_proxy):
