@@ -15,9 +15,10 @@ from fastload.storage.remote_shard import RemoteShard
 
 FILL_GROUP = 8
 """Pieces one fill stream fetches at once, each written into its cache file as it arrives (a GET in
-flight holds a 256 KiB buffer and its connection's, not its piece). Training from the store
-(bench/remote_bench.py, the photos through 20 ms), 8 against 4 a group: the fill done in 1.3-1.5 s,
-not 1.6-1.9 s; epoch 1 5.8-6.0 s, not 6.2-6.5 s; peak memory no higher."""
+flight holds a 256 KiB buffer and its connection's, not its piece). Training from the store (the
+photos through 20 ms), 8 against 4 a group, in probes: the fill done in 1.3-1.5 s, not 1.6-1.9 s;
+epoch 1 5.8-6.0 s, not 6.2-6.5 s; peak memory no higher (bench/remote_bench.py's paired rows:
+epoch 1 1.06x and 0.99x)."""
 
 FILL_STREAMS = 3
 """Fill streams of a process, each taking every third shard a group at a time: a group ends with
