@@ -78,12 +78,12 @@ class ShardReader:
         walks the shard's structure in a few round trips to the store, and under a global shuffle
         the first batches want nearly every shard: opened one after another, a batch waited for as
         many walks as it had new shards (134 shards of 8 MB through 20 ms, bench/remote_bench.py:
-        the first batch 1.22 s in, side by side 0.60 s). They go in
-        chains side by side (up to ``SHARD_OPENS``), as few as keep each chain to
-        ``OPENS_IN_TURN`` walks: each walk fetches the pieces around the pages it reads, and a
-        handful of shards opened all at once added their pieces to the first seconds' fetches for
-        nothing (5 shards: 10-14 MB more peak memory, the fill done later). A local shard opens in
-        well under a millisecond: left to ``handle``."""
+        the first batch 1.22 s in, side by side 0.60 s). They go in chains side by side (up to
+        ``SHARD_OPENS``), as few as keep each chain to ``OPENS_IN_TURN`` walks: each walk fetches
+        the pieces around the pages it reads, and a handful of shards opened all at once added
+        their pieces to the first seconds' fetches for nothing (5 shards: 10-14 MB more peak
+        memory, the fill done later). A local shard opens in well under a millisecond: left to
+        ``handle``."""
         if self.remote is None:
             return
         current = self._handles if self._pid == os.getpid() else {}
@@ -144,7 +144,7 @@ class ShardReader:
             return lambda i: self.read(i, field)
         # Records the node cache holds now are read from it by the decode thread that wants each
         # (as local records are): the batch's bytes are not all in memory at once.
-        fetched = dict(zip(indices, self.remote.fetch(self._remote_places(indices, field))))
+        fetched = dict(zip(indices, self.remote.fetch(self._places(indices, field))))
 
         def read(i: int) -> bytes:
             data = fetched.get(i)
@@ -168,7 +168,7 @@ class ShardReader:
     def read_raw(self, indices: Sequence[int], field: str | None = None) -> list[bytes]:
         """Payloads as stored, unchecked (``start_reads``, waited for at once)."""
         if self.remote is not None:  # in the caller's thread (decode threads fetch batches side by side)
-            return self.remote.read(self._remote_places(indices, field))
+            return self.remote.read(self._places(indices, field))
         return self.start_reads(indices, field).result()
 
     def start_reads(self, indices: Sequence[int], field: str | None = None) -> PendingReads:
@@ -184,8 +184,7 @@ class ShardReader:
         threads doing so). A remote batch is fetched by a thread of its own, one round of
         requests for the whole batch."""
         try:
-            places = self._remote_places(indices, field) if self.remote is not None else \
-                [self.locate(i, field) for i in indices]
+            places = self._places(indices, field)
         except Exception as exc:  # noqa: BLE001 - raised by result(), in the batch's turn
             return PendingReads(error=exc)
         if self.remote is not None:
@@ -226,9 +225,10 @@ class ShardReader:
         raw = pending.result()
         return [self._checked(i, data, field) for i, data in zip(indices, raw)] if checked else raw
 
-    def _remote_places(self, indices: Sequence[int], field: str | None) -> list[tuple[Any, int, int]]:
-        """``locate`` for each record of a remote batch, the shards they need opened side by side first."""
-        self.open_shards(self.index.shard[list(indices)])
+    def _places(self, indices: Sequence[int], field: str | None) -> list[tuple[Any, int, int]]:
+        """``locate`` for each record of a batch; a remote batch's new shards opened side by side first."""
+        if self.remote is not None:
+            self.open_shards(self.index.shard[list(indices)])
         return [self.locate(i, field) for i in indices]
 
     def locate(self, i: int, field: str | None = None) -> tuple[Any, int, int]:
