@@ -30,7 +30,13 @@ from fastload.converters.packing.options import (
 from fastload.converters.packing.packer import Packer
 from fastload.converters.packing.plan import ShardPlan, plan_digest, plan_shards
 from fastload.converters.packing.report import PackReport, already_packed, write_error
-from fastload.converters.sources.items import Layout, Skip, SourceListing, normalize_extensions
+from fastload.converters.sources.items import (
+    Layout,
+    Skip,
+    SourceListing,
+    check_field_names,
+    normalize_extensions,
+)
 from fastload.converters.sources.listing import list_to_pack
 from fastload.converters.sources.torch_dataset import is_sequence_source
 
@@ -174,6 +180,8 @@ def _job(listing: SourceListing, options: dict[str, Any], exts: tuple[str, ...],
         content["file_fields"] = dict(listing.file_fields)
     if listing.layout == "table":  # which column the payloads come from
         content["image_column"] = listing.reader.column
+    # one rule for every source's field names (fastload.format.layout), whatever listed them
+    check_field_names(listing.root, [*listing.fields, *listing.file_fields], "a field of the source")
     plans = plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts})
     return _PackJob(listing, plans, options, exts, progress, src_store)
 

@@ -26,6 +26,7 @@ from fastload.converters.sources.items import (
 )
 
 from fastload.errors import SourceError
+from fastload.format.layout import float64_problem
 
 _INT64 = (-(2**63), 2**63 - 1)
 _BOOLS = {True: True, False: False, "true": True, "false": False}
@@ -203,18 +204,14 @@ def _as_float(value: Any) -> float | None:
 
 
 def _exact_float(src: Path, line: int, name: str, value: float | str) -> float:
-    """A float64 field's ``value`` as float64, refused when that does not hold it as written: a
-    NaN, an infinity or a number past float64's range, or a whole number that would lose digits."""
-    number = _as_float(value)
-    if number is None or not math.isfinite(number):
-        raise SourceError(f"{src}:{line}: field {name!r} is {value!r}, not a finite number (NaN, infinities and "
-                          "numbers past float64's 1.8e308 are refused); fix the value")
+    """A float64 field's ``value`` as float64, refused (fastload.format.layout.float64_problem) when
+    that does not hold it as written."""
     whole = _as_int(value)
-    if whole is not None and int(number) != whole:
-        raise SourceError(f"{src}:{line}: field {name!r} is {whole}, which float64 (the field's type: other "
-                          f"values of it are fractions) cannot hold exactly (it would be {int(number)}); make "
-                          "every value of the field a whole number, or store it as text")
-    return number
+    number = whole if whole is not None else _as_float(value)
+    problem = "not a number" if number is None else float64_problem(number, value)
+    if problem is not None:
+        raise SourceError(f"{src}:{line}: field {name!r} is {problem}")
+    return float(number)  # type: ignore[arg-type]
 
 
 def typed_field(src: Path, rows: list, name: str) -> tuple[str, list[Any]]:

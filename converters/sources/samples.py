@@ -10,6 +10,7 @@ array as "mask": a 2-D uint8/uint16 array is a mask only when the field is named
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -27,6 +28,7 @@ from fastload.format.layout import (
     NO_LABEL,
     array_type,
     field_name_problem,
+    float64_problem,
     is_field_dtype,
 )
 
@@ -64,7 +66,10 @@ class Schema:
         if fields is not None:
             self.types = dict(fields)
             for name, dtype in self.types.items():
-                _check_name(name)
+                try:
+                    _check_name(name)
+                except BadSample as exc:
+                    raise ValueError(f"fields=: {exc.reason}") from None
                 if not is_field_dtype(dtype):
                     raise ValueError(f"fields[{name!r}] = {dtype!r}: not a field type; use one of "
                                      f"{', '.join((*FIELD_DTYPES, *FILE_TYPES))} or an array type like 'float64[*,4]'")
@@ -150,13 +155,21 @@ def _infer(name: str, value: object) -> str:
     if is_pil(value):
         return "mask" if value.mode in MASK_MODES else "image"  # type: ignore[attr-defined]
     if isinstance(value, (bytes, bytearray, memoryview, PurePath)):
-        data = bytes(value) if not isinstance(value, PurePath) else read_regular(value, 2**30)
+        data = bytes(value) if not isinstance(value, PurePath) else _read_path(name, value)
         if data.startswith(JPEG_SOI):
             return "image"
         rel = str(value) if isinstance(value, PurePath) else "x.npy" if data.startswith(b"\x93NUMPY") else "x.png"
         return field_type(data, rel) or "file"
     raise BadSample(f"field {name!r} is a {type(value).__name__}; a field is a number, bool, text, a list of "
                     "numbers, a NumPy array, a PIL image, bytes or a path")
+
+
+def _read_path(name: str, path: PurePath) -> bytes:
+    """The file a field names, read to tell its type; BadSample naming the field and the path."""
+    try:
+        return read_regular(path, 2**30)
+    except OSError as exc:  # /proc/self/environ, a folder, a FIFO, no such file, no permission
+        raise BadSample(f"field {name!r}: {os.fsdecode(path)} cannot be read ({exc.strerror or exc})") from None
 
 
 def _index_value(name: str, dtype: str, value: Any) -> Any:
@@ -177,7 +190,11 @@ def _index_value(name: str, dtype: str, value: Any) -> Any:
             raise wrong()
         return int(value)
     if dtype == "float64":
-        return float(value)
+        number = int(value) if isinstance(value, (int, np.integer)) else float(value)
+        problem = float64_problem(number)  # the rule a file list's numbers follow
+        if problem is not None:
+            raise BadSample(f"field {name!r} is {problem}")
+        return float(number)
     if dtype == "str":
         if not isinstance(value, str):
             raise wrong()
@@ -193,7 +210,31 @@ def _index_value(name: str, dtype: str, value: Any) -> Any:
     if array is None or array.dtype.kind not in {"bool": "b", "int64": "biu", "float64": "biuf"}[element] \
             or array.shape[1:] != rest or array.ndim != 1 + len(rest) or first not in (None, len(array)):
         raise wrong()
+    if element == "float64":
+        problem = _float_elements_problem(value, array)
+        if problem is not None:
+            raise BadSample(f"field {name!r} holds {problem}")
     return array.astype(element)
+
+
+def _float_elements_problem(value: Any, array: np.ndarray) -> str | None:
+    """The first element of a float64 array field's ``value`` that float64 does not hold as given
+    (float64_problem), or None; a list's elements as given, an array's where they could be one."""
+    if isinstance(value, np.ndarray):
+        if array.dtype.kind == "f":
+            bad = array[~np.isfinite(array)]
+            return float64_problem(float(bad[0])) if bad.size else None
+        if array.dtype.kind not in "iu":
+            return None
+        elements = array[(array > 2**53) | (array < -(2**53))].tolist()  # only these can round
+    else:
+        elements = np.asarray(value, dtype=object).reshape(-1).tolist()
+    for element in elements:
+        if not isinstance(element, (bool, np.bool_)):
+            problem = float64_problem(int(element) if isinstance(element, (int, np.integer)) else float(element))
+            if problem is not None:
+                return problem
+    return None
 
 
 def _file_input(name: str, dtype: str, value: Any) -> Any:

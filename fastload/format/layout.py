@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Literal
 
@@ -94,6 +95,28 @@ def array_type(dtype: str) -> tuple[str, int | None, tuple[int, ...]] | None:
     return element, None if first == "*" else int(first), tuple(int(d) for d in rest.split(",")[1:])
 
 
+def float64_problem(number: int | float, given: object = None) -> str | None:
+    """Why a float64 field cannot keep ``number`` as it was given (``given``: as written, a CSV
+    cell's text say), or None: a NaN, an infinity or a number past float64's range, or a whole
+    number float64 would round. A clause that follows ``field 'x' is ``; every way in (file lists,
+    sidecars, the Writer) refuses with it, so no number is stored other than as given."""
+    shown = number if given is None else given
+    if isinstance(number, int) and not isinstance(number, bool):
+        try:
+            as_float = float(number)
+        except OverflowError:
+            as_float = math.inf
+        if math.isfinite(as_float) and int(as_float) != number:
+            return (f"{number}, which float64 (the field's type) cannot hold exactly (it would be "
+                    f"{int(as_float)}); make every value of the field a whole number, or store it as text")
+    else:
+        as_float = float(number)
+    if not math.isfinite(as_float):
+        return (f"{shown!r}, not a finite number (NaN, infinities and numbers past float64's 1.8e308 are "
+                "refused); fix the value")
+    return None
+
+
 def is_field_dtype(dtype: object) -> bool:
     return isinstance(dtype, str) and (dtype in FIELD_DTYPES or dtype in FILE_TYPES
                                        or array_type(dtype) is not None)
@@ -103,14 +126,22 @@ def is_field_dtype(dtype: object) -> bool:
 # ``.<part>``, so ``field.A`` can never equal ``field.B.p``, nor ``field.A.p`` equal ``field.B.q``
 # for A != B (the last dot-segment is the part): no name can land on another field's column.
 DERIVED_PARTS = ("offsets", "blob", "values", *FILE_COLUMNS)
-RESERVED_FIELD_NAMES = ("path", "label", "image")  # what every sample has already
+# What a record or a sample has already, under these names: the index's own columns (COLUMNS),
+# ``PackedDataset.record(i)``'s ``data``, a decoded sample's ``image`` and ``index``. A field of one
+# of these names would shadow it (``record(i)["data"]`` the field, not the image), so every way in
+# (file lists, sidecars, tars, tables, the Writer, a packed torch Dataset) refuses it.
+RESERVED_FIELD_NAMES = (*COLUMNS, "data", "image", "index")
+# The names a dataset written before that rule may hold: a manifest is refused only for these
+# (a field named ``width`` in an older dataset still opens; it shadows ``record(i)["width"]``).
+_READ_RESERVED_NAMES = ("path", "label", "image")
 # ``index/field.<name>.<part>.npy.tmp`` (written, then renamed) must fit a 255-byte file name.
 MAX_FIELD_NAME_BYTES = 255 - len(f"{FIELD_PREFIX}.{max(DERIVED_PARTS, key=len)}.npy.tmp")
 
 
-def field_name_problem(name: object) -> str | None:
+def field_name_problem(name: object, *, reading: bool = False) -> str | None:
     """Why ``name`` cannot be a field's name, or None when it can: a clause that follows
-    ``field name 'x.values' `` and says what to do."""
+    ``field name 'x.values' `` and says what to do. ``reading``: a finished dataset's field, refused
+    only when it lands on another column or on no file (see _READ_RESERVED_NAMES)."""
     if not isinstance(name, str) or not name:
         return "is empty: give the field a name"
     try:
@@ -121,8 +152,9 @@ def field_name_problem(name: object) -> str | None:
         return f"is {size} bytes long, over the {MAX_FIELD_NAME_BYTES} a field name may have: shorten it"
     if any(bad in name for bad in ("/", "\\", "\x00", "..")):
         return "holds '/', '\\', '..' or a NUL byte, which a field's file name cannot: rename it"
-    if name in RESERVED_FIELD_NAMES:
-        return f"is taken (every sample has {', '.join(RESERVED_FIELD_NAMES)}): rename it"
+    if name in (_READ_RESERVED_NAMES if reading else RESERVED_FIELD_NAMES):
+        return (f"is taken (a record has {', '.join(RESERVED_FIELD_NAMES)} already, and the field would "
+                "hide it): rename it")
     part = name.rsplit(".", 1)[-1]
     if "." in name and part in DERIVED_PARTS:
         return (f"ends in '.{part}', which the index's own columns end in (a field's columns are "

@@ -189,7 +189,7 @@ def parse_manifest(text: str, where: str) -> Manifest:
         where, f"fields must map names to one of {FIELD_DTYPES + FILE_TYPES} or an array type such as "
                "'float64[*,4]' (a newer fastload may have written it: upgrade fastload)")
     for name in fields_raw:  # names that could land on another field's columns, or on no file
-        problem = field_name_problem(name)
+        problem = field_name_problem(name, reading=True)
         _require(problem is None, where, f"field name {name!r} {problem}")
 
     index_raw = raw.get("index")

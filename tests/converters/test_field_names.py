@@ -116,3 +116,79 @@ def test_pad_fields_cannot_hide_a_field_named_like_its_lengths(images, tmp_path)
     pack(listed, tmp_path / "out.fl", progress=False)
     with pytest.raises(ValueError, match=r"pad_fields: 'tags' adds tags_lengths to each batch"):
         fastload.PackedDataset(tmp_path / "out.fl", fields=("tags", "tags_lengths"), pad_fields={"tags": -1})
+
+
+# Issue 37, item 2: a field named like a key the record already has (``record(i)["data"]`` is the
+# image's bytes, ``width`` its width, ...) would shadow it; one rule (fastload.format.layout), every way in.
+SHADOWING = ["data", "width", "height", "checksum", "shard", "offset", "size", "position", "index"]
+
+
+@pytest.mark.parametrize("name", SHADOWING)
+def test_a_list_column_named_like_a_records_own_key_is_refused(images, tmp_path, name):
+    listed = write_list(images, f"{tmp_path.name}.jsonl", {name: lambda i: i})
+    with pytest.raises(SourceError, match=rf"^{listed}: field name {name!r} \(a column of the list\) is taken "
+                                          r"\(a record has .*data.*\): rename it"):
+        pack(listed, tmp_path / "out.fl", progress=False)
+    assert not (tmp_path / "out.fl").exists()
+
+
+def _tar(path, members: dict[str, bytes]) -> None:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as archive:
+        for member, data in members.items():
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+
+
+def _parquet(path, name: str) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"jpg": [make_jpeg(20, 20, seed=i) for i in range(N)], name: list(range(N))}), path)
+
+
+@pytest.mark.parametrize("way", ["sidecar", "tar-json", "tar-member", "parquet", "writer", "writer-fields",
+                                 "samples"])
+def test_every_way_in_refuses_a_field_that_shadows_a_records_key(tmp_path, way):
+    out = tmp_path / "out.fl"
+    src = tmp_path / "src"
+    src.mkdir()
+    if way == "sidecar":
+        write_tree(src, {"0.jpg": make_jpeg(20, 20), "0.json": json.dumps({"width": 3}).encode()})
+        with pytest.raises(SourceError, match=r"0\.json: key 'width' is taken"):
+            pack(src, out, sidecars=True, progress=False)
+    elif way.startswith("tar"):
+        member = ("0.json", json.dumps({"offset": 3}).encode()) if way == "tar-json" else ("0.size", b"7")
+        _tar(src / "data-0.tar", {"0.jpg": make_jpeg(20, 20), member[0]: member[1]})
+        with pytest.raises(SourceError, match=r"'offset' is taken|field name 'size' .* is taken"):
+            pack(src / "data-0.tar", out, progress=False)
+    elif way == "parquet":
+        _parquet(src / "t.parquet", "checksum")
+        with pytest.raises(SourceError, match=r"t\.parquet: field name 'checksum' \(a column.*\) is taken"):
+            pack(src / "t.parquet", out, progress=False)
+    elif way == "writer":
+        with pytest.raises(SourceError, match=r"sample 0 \(key '00000000'\): field name 'data' is taken"):
+            with fastload.Writer(out) as writer:
+                writer.write({"image": make_jpeg(20, 20), "data": b"\x00"})
+    elif way == "writer-fields":
+        with pytest.raises(ValueError, match=r"fields=: field name 'height' is taken"):
+            fastload.Writer(out, fields={"height": "int64"})
+    else:  # a map-style dataset of samples, packed in worker processes
+        with pytest.raises(SourceError, match=r"field name 'shard' is taken"):
+            pack([{"image": make_jpeg(20, 20, seed=i), "shard": i} for i in range(N)], out, workers=1,
+                 progress=False)
+    assert not (out / "manifest.json").exists()  # no dataset (a dataset's pack keeps its working folder)
+
+
+def test_a_dataset_written_before_the_rule_with_a_field_named_width_still_opens(with_array, tmp_path):
+    """Reading is not refused for names reserved since (only for those that land on another column)."""
+    dataset = tmp_path / "d.fl"
+    shutil.copytree(with_array, dataset)
+    raw = load_manifest_json(dataset)
+    raw["fields"] = {"width": "int64"}
+    raw["index"] = {("field.width" if k == "field.x.values" else k): v for k, v in raw["index"].items()
+                    if k != "field.x.offsets"}
+    save_manifest_json(dataset, raw)
+    assert fastload.PackedDataset(dataset).manifest.fields == {"width": "int64"}

@@ -227,3 +227,39 @@ def _run_and_kill(out, watched) -> None:
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("values, message", [
+    ([0.5, 2**53 + 1], r"field 'x' is 9007199254740993, which float64 .* cannot hold exactly \(it would be "
+                       r"9007199254740992\)"),
+    ([0.5, float("nan")], r"field 'x' is nan, not a finite number"),
+    ([[0.5], [1.0, 2**53 + 1]], r"field 'x' holds 9007199254740993, which float64"),
+    ([[0.5], np.array([np.inf])], r"field 'x' holds inf, not a finite number"),
+], ids=["scalar", "nan", "list", "array"])
+def test_a_number_float64_cannot_hold_is_refused_as_a_file_list_refuses_it(tmp_path, values, message):
+    """Issue 37, item 3: the Writer keeps a number as given or refuses it, by the list pack's rule."""
+    samples = [{"image": make_jpeg(8, 8, seed=k), "x": v} for k, v in enumerate(values)]
+    with pytest.raises(SourceError, match=rf"sample 1 \(key '00000001'\): {message}"):
+        _write(tmp_path / "a.fl", samples)
+    report = _write(tmp_path / "b.fl", samples, on_error="skip")
+    assert report.num_records == 1 and report.skipped == 1
+    assert fastload.PackedDataset(tmp_path / "b.fl").record(0)["x"] == pytest.approx(values[0])
+
+
+def test_a_path_that_cannot_be_read_is_named_and_skippable(tmp_path):
+    """Issue 37: a field naming /proc/self/environ (or any unreadable path), in the first sample
+    (whose values type the fields) or a later one, is a bad sample naming it, skipped under 'skip'."""
+    from pathlib import Path
+
+    environ, missing = Path("/proc/self/environ"), tmp_path / "gone.png"
+    samples = [{"image": make_jpeg(8, 8, seed=0), "mask": environ},
+               {"image": make_jpeg(8, 8, seed=1), "mask": make_png(8, 8)},
+               {"image": make_jpeg(8, 8, seed=2), "mask": missing}]
+    with pytest.raises(SourceError, match=r"^sample 0 \(key '00000000'\): field 'mask': /proc/self/environ "
+                                          r"cannot be read \(.*\); fix the sample, or pass on_error='skip'"):
+        _write(tmp_path / "a.fl", samples)
+    report = _write(tmp_path / "b.fl", samples, on_error="skip")
+    assert report.num_records == 1 and report.skipped == 2
+    assert [(s.rel, s.reason.split(":")[0]) for s in report.skipped_files] == [("00000000", "field 'mask'"),
+                                                                               ("00000002", "field 'mask'")]
+    assert str(missing) in report.skipped_files[1].reason

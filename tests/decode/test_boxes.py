@@ -41,7 +41,7 @@ def detection(tmp_path_factory):
         (root / f"{i}.png").write_bytes(picture(width, height, red))
         others = [[0.0, 0.0, 5.5, 4.0], [width - 3.0, height - 3.0, float(width), float(height)]]
         rows.append({"path": f"{i}.png", "label": i % 2, "boxes": [red, *others[: i % 3]],
-                     "box_labels": [7, *range(i % 3)], "size": [width, height]})
+                     "box_labels": [7, *range(i % 3)], "wh": [width, height]})
     (root / "list.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     pack(root / "list.jsonl", root / "d.fl", progress=False)
     return root / "d.fl", rows
@@ -74,7 +74,7 @@ def test_boxes_follow_the_crop_plan(detection):
         got = [(b, l) for batch in batches for b, l in zip(batch["boxes"], batch["box_labels"])]
         order = fastload.sampling.order.epoch_order(N, seed=SEED, epoch=epoch, shuffle=True).tolist()
         for i, (boxes, labels) in zip(order, got):
-            width, height = rows[i]["size"]
+            width, height = rows[i]["wh"]
             plan = ds.pipeline.plan(i, epoch, SEED, width, height)
             want = [(reference(b, plan), lab) for b, lab in zip(rows[i]["boxes"], rows[i]["box_labels"])]
             want = [(b, lab) for b, lab in want if b is not None]
@@ -108,7 +108,7 @@ def test_a_moved_box_bounds_its_red_pixels(detection):
 def test_box_arguments_and_misaligned_rows_are_refused(detection, tmp_path):
     path, _ = detection
     with pytest.raises(ValueError, match="not a field of boxes"):
-        fastload.PackedDataset(path, image_size=64, fields=("size",), boxes="size")
+        fastload.PackedDataset(path, image_size=64, fields=("wh",), boxes="wh")
     with pytest.raises(ValueError, match="pass image_size= and fields= naming 'boxes'"):
         fastload.PackedDataset(path, fields=("boxes",), boxes="boxes")
     with pytest.raises(ValueError, match="pass boxes= too"):

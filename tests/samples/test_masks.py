@@ -50,7 +50,7 @@ def segmentation(tmp_path_factory):
         (root / f"{i}.mask.png").write_bytes(mask)
         (root / f"{i}.depth.npy").write_bytes(depth)
         rows.append({"path": f"{i}.png", "label": i % 4, "mask": f"{i}.mask.png", "depth": f"{i}.depth.npy",
-                     "size": [width, height]})
+                     "wh": [width, height]})
     (root / "list.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     pack(root / "list.jsonl", root / "d.fl", file_columns=("mask", "depth"), progress=False)
     return root, rows
@@ -84,7 +84,7 @@ def test_masks_and_depth_follow_the_crop_plan(segmentation):
         got = [(m, d) for batch in batches for m, d in zip(batch["mask"], batch["depth"])]
         order = fastload.sampling.order.epoch_order(N, seed=SEED, epoch=epoch, shuffle=True).tolist()
         for i, (mask, depth) in zip(order, got):
-            width, height = rows[i]["size"]
+            width, height = rows[i]["wh"]
             plan = ds.pipeline.plan(i, epoch, SEED, width, height)
             source = np.asarray(Image.open(root / rows[i]["mask"]))
             assert mask.dtype == torch.uint8 and mask.shape == (SIZE, SIZE)
@@ -114,7 +114,7 @@ def test_a_moved_mask_lies_on_its_red_pixels(segmentation):
 def test_eval_crop_and_no_crop(segmentation):
     root, rows = segmentation
     ds = fastload.PackedDataset(root / "d.fl", image_size=SIZE, train=False, fields=("mask",))
-    width, height = rows[3]["size"]
+    width, height = rows[3]["wh"]
     plan = ds.pipeline.plan(3, 0, 0, width, height)
     assert np.array_equal(ds[3]["mask"].numpy(), reference(np.asarray(Image.open(root / rows[3]["mask"])), plan))
     whole = fastload.PackedDataset(root / "d.fl", fields=("mask", "depth"))[3]  # no image_size: as stored
