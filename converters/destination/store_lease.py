@@ -9,7 +9,9 @@ a published manifest lists are ever deleted from a store.
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import socket
 import threading
@@ -26,6 +28,7 @@ LEASE_SECONDS = 120.0
 """A lease not renewed for this long is another pack's no longer: its holder died on another machine."""
 RENEW_SECONDS = 15.0
 _MAX_LEASE_BYTES = 2**16
+_CLOCK_SLACK_SECONDS = 60.0  # clocks this far apart are common enough to be no sign of a wrong one
 
 
 class StoreLease:
@@ -85,7 +88,7 @@ class StoreLease:
             if not _stale(body):
                 raise PackError(f"{self.store.url}: another pack ({holder}) is writing here (its lease {where} "
                                 f"is renewed every {RENEW_SECONDS:.0f} s); wait for it to finish, or if it died on "
-                                f"another machine, run this again after {LEASE_SECONDS:.0f} s")
+                                f"another machine, {_when_to_retry(body)}")
             inherited = [g for g in body.get("generations", []) if isinstance(g, str) and g != self.generation]
             self.generations = [self.generation, *inherited]
             if self._write(if_match=etag):
@@ -95,18 +98,25 @@ class StoreLease:
 
     def _read(self) -> tuple[dict[str, Any], str] | None:
         """The lease's body and ETag, or None when there is none."""
+        where = self.store.display(STORE_LEASE_NAME)
         try:
             etag = self.store.stat(STORE_LEASE_NAME).etag
             data = self.store.read_file(STORE_LEASE_NAME, _MAX_LEASE_BYTES)
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            if exc.errno != errno.EFBIG:
+                raise
+            data = None  # far larger than any lease fastload writes
         try:
-            body = json.loads(data)
-        except ValueError:
+            body = None if data is None else json.loads(data)
+        except (ValueError, RecursionError):
             body = None
-        if not isinstance(body, dict):
-            raise PackError(f"{self.store.display(STORE_LEASE_NAME)}: is not a fastload pack lease; fastload keeps "
-                            "its lease at that name: remove the object or pack into another prefix")
+        if not isinstance(body, dict) or body.get("fastload") != "pack lease":
+            what = (f"over {_MAX_LEASE_BYTES // 1024} KiB" if data is None
+                    else f"{len(data)} bytes" if data else "an empty object")
+            raise PackError(f"{where}: is not a fastload pack lease ({what}); fastload "
+                            "keeps its lease at that name: remove the object or pack into another prefix")
         return body, etag
 
     def _write(self, if_match: str | None = "", expires: float | None = None) -> bool:
@@ -149,13 +159,34 @@ def put_conditional(store: RemoteStore, name: str, data: bytes, if_match: str | 
     return store.put_if(name, data, if_match)  # through the store's client, obstore or fsspec
 
 
+def _expiry(body: dict[str, Any]) -> float | None:
+    """When the lease ends by its writer's clock; None when it names no finite time (NaN, Infinity,
+    not a number: fastload never writes such a lease, so no pack holds it)."""
+    expires = body.get("expires")
+    if isinstance(expires, bool) or not isinstance(expires, (int, float)) or not math.isfinite(expires):
+        return None
+    return float(expires)
+
+
 def _stale(body: dict[str, Any]) -> bool:
     """Whether the pack that wrote ``body`` no longer holds its lease."""
-    expires = body.get("expires")
-    if not isinstance(expires, (int, float)) or expires < time.time():
+    expires = _expiry(body)
+    if expires is None or expires < time.time():
         return True
     here = body.get("host") == socket.gethostname() and body.get("boot") == _boot_id()
     return here and isinstance(body.get("pid"), int) and not _alive(body["pid"])
+
+
+def _when_to_retry(body: dict[str, Any]) -> str:
+    """When a pack refused by a live lease may try again, by this machine's clock."""
+    ahead = (_expiry(body) or 0.0) - time.time()
+    if ahead <= LEASE_SECONDS + _CLOCK_SLACK_SECONDS:
+        return f"run this again after {max(ahead, 0.0):.0f} s"
+    # A lease lasts LEASE_SECONDS from its last renewal: its writer's clock is ahead of this one's.
+    where = f"{body.get('host', '?')}"
+    return (f"remove the lease object: it expires {ahead:.0f} s from now by this machine's clock, longer than "
+            f"a lease lasts ({LEASE_SECONDS:.0f} s), so the clocks of this machine and {where} disagree "
+            "(waiting would not end it in time); then run this again")
 
 
 def _alive(pid: int) -> bool:

@@ -4,6 +4,7 @@ streamed into files), listings, uploads, conditional publishes; retried, through
 from __future__ import annotations
 
 import copy
+import errno
 import os
 import threading
 from collections.abc import Sequence
@@ -13,7 +14,7 @@ from typing import Any
 from fastload.storage.client import ClientName, Get, Sink, StoreClient
 from fastload.storage.client_choice import make_client
 from fastload.storage.location import join, scheme_of
-from fastload.storage.retry import RetryPolicy, ShortRead, condition_failed
+from fastload.storage.retry import RetryPolicy, ShortRead, condition_failed, range_not_satisfiable
 
 MAX_IN_FLIGHT = 64
 """Requests a store keeps in flight at once: 64 × a 20 ms round trip is ~3,200 requests/s."""
@@ -125,19 +126,21 @@ class RemoteStore:
         return RemoteObject(size=size, etag=etag)
 
     def read_file(self, name: str, limit: int) -> bytes:
-        """All of ``name``'s bytes, refused (OSError EFBIG) when it holds more than ``limit``."""
-        from fastload.format.files import too_large
-
+        """All of ``name``'s bytes, refused (OSError EFBIG, its ``filename`` the object's URL) when it
+        holds more than ``limit``."""
         # One GET of at most limit + 1 bytes: bounded without a HEAD first (a body cut short is an
         # error of the client, retried; the manifest parse and the index digests check the rest).
         def once() -> bytes:
             body = self.client.get([(name, 0, limit + 1)])[0]
             if isinstance(body, BaseException):
+                # S3 answers a ranged GET of an empty object with 416: an empty object, not an error
+                if range_not_satisfiable(body) and self.client.stat(name)[0] == 0:
+                    return b""
                 raise body
             return body
         data = self.retry.call(once, lambda: self.display(name))
         if len(data) > limit:
-            raise too_large(len(data), limit)
+            raise OSError(errno.EFBIG, f"larger than the limit of {limit} bytes", self.display(name))
         return data
 
     def read_ranges(self, ranges: Sequence[Range]) -> list[bytes]:

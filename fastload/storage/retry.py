@@ -144,3 +144,9 @@ def condition_failed(exc: BaseException | None) -> bool:
             return True
         exc = exc.__cause__
     return False
+
+
+def range_not_satisfiable(exc: BaseException) -> bool:
+    """A 416 (the range starts past the object's end), however the client words it."""
+    text = str(exc)
+    return "416" in text or "not satisfiable" in text.lower() or "InvalidRange" in text
