@@ -28,7 +28,7 @@ from fastload.converters.packing.options import (
     default_out,
 )
 from fastload.converters.packing.packer import Packer
-from fastload.converters.packing.plan import ShardPlan, plan_digest, plan_shards
+from fastload.converters.packing.plan import ShardPlan, plan_digest, plan_shards, stored_values
 from fastload.converters.packing.report import PackReport, already_packed, write_error
 from fastload.converters.sources.items import (
     Layout,
@@ -182,7 +182,14 @@ def _job(listing: SourceListing, options: dict[str, Any], exts: tuple[str, ...],
         content["image_column"] = listing.reader.column
     # one rule for every source's field names (fastload.format.layout), whatever listed them
     check_field_names(listing.root, [*listing.fields, *listing.file_fields], "a field of the source")
-    plans = plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts})
+    # every value the dataset stores is in the digest: "already packed" means all of them unchanged
+    # (a label's class name, a field's type and values; absent: a pack without them keeps its digest)
+    if listing.classes is not None:
+        content["classes"] = list(listing.classes)
+    if listing.fields:
+        content["fields"] = dict(listing.fields)
+    plans = plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts},
+                        stored_values(listing.fields, listing.field_values, len(listing.items)))
     return _PackJob(listing, plans, options, exts, progress, src_store)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import xxhash
 
 from fastload.converters.sources.items import SourceItem
@@ -28,12 +29,13 @@ class ShardPlan:
     digest: str
 
 
-def plan_shards(items: list[SourceItem], shard_size: int, options: dict[str, Any]) -> list[ShardPlan]:
+def plan_shards(items: list[SourceItem], shard_size: int, options: dict[str, Any],
+                values: list[bytes] | None = None) -> list[ShardPlan]:
     """Cut the item list into consecutive shards of about ``shard_size`` source bytes.
 
     The cut depends only on the listing and options, so a re-run finds the same shards and can keep
     the finished ones: a shard is kept only when its digest (options + its items' path, size,
-    mtime and label) is unchanged.
+    mtime and label, and ``values``: each item's field values, from ``stored_values``) is unchanged.
     """
     base = json.dumps(options, sort_keys=True)
     ranges: list[tuple[int, int]] = []
@@ -53,8 +55,33 @@ def plan_shards(items: list[SourceItem], shard_size: int, options: dict[str, Any
             h.update(f"\n{item.rel}\0{item.size}\0{item.mtime_ns}\0{item.label}".encode())
             for file in item.files:  # a record's other files: a changed mask redoes its shard
                 h.update(f"\0{file.rel}\0{file.size}\0{file.mtime_ns}".encode())
+        for value in values[lo:hi] if values is not None else ():  # a changed caption is another pack
+            h.update(value)
         plans.append(ShardPlan(number, lo, hi, h.hexdigest()))
     return plans
+
+
+def stored_values(fields: dict[str, str], values: dict[str, list[Any]], count: int) -> list[bytes] | None:
+    """Each of ``count`` records' field values (``fields``: name → type, ``values``: name → one value
+    per record) as bytes that differ when any value, or its type, does: what a plan digest adds so
+    that "already packed" means every value the dataset stores. None without fields."""
+    if not fields:
+        return None
+    out = [bytearray() for _ in range(count)]
+    for name in sorted(fields):
+        head = f"\0{name}:{fields[name]}=".encode()
+        for record, value in zip(out, values[name]):
+            record += head + _value_bytes(value)
+    return [bytes(record) for record in out]
+
+
+def _value_bytes(value: Any) -> bytes:
+    """One field value as bytes: its Python or NumPy type, then its exact content."""
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype.str}{value.shape}".encode() + value.tobytes()
+    if isinstance(value, float):
+        return b"f" + value.hex().encode()  # every bit: 0.1 and 0.1000000000000001 differ
+    return f"{type(value).__name__}{len(str(value))}:".encode() + str(value).encode("utf-8", "surrogatepass")
 
 
 def stamps_digest(items: list[SourceItem]) -> str:

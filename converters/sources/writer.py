@@ -24,6 +24,7 @@ import xxhash
 from fastload.converters.destination.append import mask_storage_of, writer_schema
 from fastload.converters.destination.written import WrittenOut
 from fastload.converters.finalize import finalize
+from fastload.converters.packing.plan import stored_values
 from fastload.converters.packing.report import PackReport, write_error
 from fastload.converters.sources.items import Skip, SourceItem, SourceListing
 from fastload.converters.sources.sample_payloads import Payloads, to_payloads
@@ -221,7 +222,13 @@ class Writer:
                                 classes=self.schema.classes, fields=self.schema.index_types,
                                 field_values=self.values, file_fields=self.file_types,
                                 skipped=self.skipped, images=True)
-        digest = xxhash.xxh3_128(json.dumps([FORMAT_VERSION, self.storage, self.schema.types]).encode())
+        # "already packed" (an upload over the same dataset) means every stored value is the same:
+        # the keys, labels, class names and field values, not the payloads' checksums alone
+        digest = xxhash.xxh3_128(json.dumps([FORMAT_VERSION, self.storage, self.schema.types,
+                                             self.schema.classes]).encode())
+        values = stored_values(self.schema.index_types, self.values, len(self.items))
+        for k, item in enumerate(self.items):
+            digest.update(f"\n{item.rel}\0{item.label}".encode() + (values[k] if values is not None else b""))
         for record in self.records:
             digest.update(b"".join(c.to_bytes(8, "little") for c in record["checksums"]))
         encoder = {"format": "JPEG", "quality": self.quality} if self.quality else {"format": "PNG", "lossless": True}
