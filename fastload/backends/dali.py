@@ -10,12 +10,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from torch.utils.data import default_collate
 
 from fastload.backends.dali_pipeline import PURPOSE, build_pipeline, feed_arrays, window
-from fastload.samples.collate import collate_images
+from fastload.backends.planned import batch_labels, check_batching, check_dataset, read_and_plan
 from fastload.config import available_cpus
-from fastload.decode.images import check_pixels
 from fastload.errors import CorruptRecordError
 from fastload.optional import require
 from fastload.loading.prefetch import ThreadPrefetcher
@@ -59,15 +57,8 @@ class DaliBackend:
     def __init__(self, dataset: Any, *, batch_size: int | None, device: torch.device | None,
                  mean: Sequence[float] | None, std: Sequence[float] | None,
                  collate_fn: Any = None, batched: bool = True) -> None:
-        _check_dataset(dataset)
-        if not batched:
-            raise ValueError("backend='dali': batch_size=None (no batching) is not supported; "
-                             "DALI delivers whole batches, pass a batch_size")
-        if collate_fn not in (None, collate_images):
-            name = getattr(collate_fn, "__name__", collate_fn)
-            raise ValueError(f"backend='dali': collate_fn={name!r} cannot run, DALI builds the "
-                             "(images, labels) batch itself; drop collate_fn or use "
-                             "backend='torch'")
+        check_dataset(dataset, "dali", skip_ok=False)
+        check_batching("dali", collate_fn, batched)
         require("nvidia.dali", PURPOSE)
         self.dataset = dataset
         self.gpu = device is not None and device.type == "cuda"
@@ -121,26 +112,11 @@ class DaliBackend:
 
     def _prepare(self, keys: Sequence[Any]) -> _Prepared:
         """Read and plan one batch in Python: records, crop windows, flips and labels."""
-        ds = self.dataset
-        parsed = [ds._key(k) for k in keys]
-        indices = [p[0] for p in parsed]
-        payloads = ds.reader.read_many(indices)
-        widths, heights = ds.index.width[indices], ds.index.height[indices]
-        windows, flips = [], []
-        for k, key in enumerate(parsed):
-            where = ds.reader.where(key[0])
-            plan, width, height = ds.pipeline.plan_record(
-                payloads[k], key, int(widths[k]), int(heights[k]), where=where, max_pixels=ds.max_pixels)
-            # what decode refuses before decoding a pixel (a size from the index is unchecked so far)
-            check_pixels(width, height, where=where, max_pixels=ds.max_pixels)
-            windows.append(window(plan, width, height))
-            flips.append(plan.flip)
-        labels: Any = torch.as_tensor(ds.index.label[indices], dtype=torch.int64)
-        if ds.target_transform is not None:
-            labels = default_collate([ds.target_transform(int(y)) for y in labels.tolist()])
-        inputs: dict[str, Any] = feed_arrays(windows, flips)
-        inputs["encoded"] = [np.frombuffer(p, dtype=np.uint8) for p in payloads]
-        return _Prepared(_Fed(indices, labels), inputs)
+        planned = read_and_plan(self.dataset, keys)
+        windows = [window(plan, width, height) for plan, (width, height) in zip(planned.plans, planned.sizes)]
+        inputs: dict[str, Any] = feed_arrays(windows, [plan.flip for plan in planned.plans])
+        inputs["encoded"] = [np.frombuffer(p, dtype=np.uint8) for p in planned.payloads]
+        return _Prepared(_Fed(planned.indices, batch_labels(self.dataset, planned.indices)), inputs)
 
     def _fits(self, item: _Prepared) -> bool:
         return self._pipe is not None and len(item.fed.indices) <= self._batch_size
@@ -234,28 +210,6 @@ class DaliBackend:
         return CorruptRecordError(
             f"{subject}: DALI could not decode it ({_reason(text)}); find damaged records with "
             f"`fastload verify --decode {root}`, or load this dataset with backend='torch'")
-
-
-def _check_dataset(dataset: Any) -> None:
-    from fastload.dataset import PackedDataset
-
-    hint = ("use fastload.PackedDataset(path, image_size=...) (the built-in pipeline) "
-            "or backend='torch'")
-    if not isinstance(dataset, PackedDataset):
-        raise ValueError(f"backend='dali': the dataset is a {type(dataset).__name__}, which DALI "
-                         f"cannot run; {hint}")
-    if dataset.transform is not None:
-        raise ValueError(f"backend='dali': {dataset.root} has transform={dataset.transform!r}, a "
-                         f"Python callable DALI cannot run; {hint}")
-    if dataset.pipeline is None:
-        raise ValueError(f"backend='dali': {dataset.root} was opened without image_size, so it has "
-                         f"no built-in image pipeline; {hint}")
-    if dataset.on_error != "raise":
-        raise ValueError(f"backend='dali': {dataset.root} has on_error={dataset.on_error!r}, and "
-                         "DALI cannot leave a damaged record out of a batch it is decoding; open "
-                         "it with on_error='raise' or use backend='torch'")
-
-
 
 
 def _reason(text: str) -> str:

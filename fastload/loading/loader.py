@@ -59,9 +59,10 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             with neither, 0, as ``DistributedSampler``'s default, so that every rank has the same.
         distributed: shard across ``torch.distributed`` ranks: None = PackedDataset loaders when a
             process group is initialised; True = any dataset (needs a process group); False = never.
-        backend: ``"torch"`` (torch's iterator) or ``"dali"``: a PackedDataset's built-in image
-            pipeline run by NVIDIA DALI (GPU decode with ``device="cuda"``, CPU operators
-            otherwise), in the same order, with the same batches, state and stats.
+        backend: ``"torch"`` (torch's iterator), ``"nvimgcodec"`` (a PackedDataset's built-in image
+            pipeline with JPEG crops decoded by nvImageCodec on ``device="cuda"``: the hardware
+            JPEG engines where the GPU has them) or ``"dali"`` (the same run by NVIDIA DALI); in
+            the same order, with the same batches, state and stats. See docs/gpu.md.
         dtype: what normalised images are delivered as (``torch.float16``/``bfloat16``: half the
             bytes for mixed precision), cast on ``device`` after ``mean``/``std``; needs them.
         memory_format: ``torch.channels_last`` delivers images NHWC in memory (the layout
@@ -87,12 +88,12 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                  pin_memory_device: str = "", in_order: bool = True,
                  device: str | torch.device | None = None, mean: Sequence[float] | None = None,
                  std: Sequence[float] | None = None, seed: int | None = None, distributed: bool | None = None,
-                 backend: Literal["torch", "dali"] = "torch",
+                 backend: Literal["torch", "dali", "nvimgcodec"] = "torch",
                  batch_transform: BatchTransform | None = None,
                  mode: Literal["auto", "main", "threads", "processes"] = "auto",
                  dtype: torch.dtype | None = None,
                  memory_format: torch.memory_format = torch.contiguous_format) -> None:
-        check_transform_and_backend(dataset, backend, batch_transform)
+        check_transform_and_backend(dataset, backend, batch_transform, device)
         self.batch_transform = batch_transform
         dataset = packed_subset(dataset)
         tail = backend_class(backend)

@@ -12,17 +12,25 @@ from fastload.samples.collate import collate_images, keep_skips
 from fastload.sampling.epoch_sampler import EpochSampler
 
 
-def check_transform_and_backend(dataset: Any, backend: str, batch_transform: Any) -> None:
-    """Refuse a ``batch_transform`` that cannot be called, and the DALI backend for a dataset
-    whose samples DALI would not make as asked (a ``sample_transform``, ``fields=``)."""
+def check_transform_and_backend(dataset: Any, backend: str, batch_transform: Any, device: Any = None) -> None:
+    """Refuse a ``batch_transform`` that cannot be called, a decoding backend for a dataset whose
+    samples it would not make as asked (a ``sample_transform``, ``fields=``), and GPU decode
+    asked for on a machine without CUDA."""
+    from fastload.backends import GPU_DECODE
+
     if batch_transform is not None and not callable(batch_transform):
         raise TypeError(f"batch_transform={batch_transform!r}: must be a callable (batch, generator) -> batch")
-    if backend == "dali" and getattr(dataset, "sample_transform", None) is not None:
-        raise ValueError("backend='dali': DALI decodes the batch itself, so the dataset's sample_transform "
+    if backend in GPU_DECODE and getattr(dataset, "sample_transform", None) is not None:
+        raise ValueError(f"backend={backend!r} decodes the batch itself, so the dataset's sample_transform "
                          "would not run; use batch_transform= (on the device), or backend='torch'")
-    if backend == "dali" and getattr(dataset, "fields", None):
-        raise ValueError("backend='dali' delivers (images, labels) batches; the dataset's fields= (dict "
+    if backend in GPU_DECODE and getattr(dataset, "fields", None):
+        raise ValueError(f"backend={backend!r} delivers (images, labels) batches; the dataset's fields= (dict "
                          "samples) need backend='torch'")
+    if (backend == "nvimgcodec" and device is not None and torch.device(device).type == "cuda"
+            and not torch.cuda.is_available()):
+        raise ValueError("backend='nvimgcodec' with device='cuda': CUDA is not available here (torch "
+                         f"{torch.__version__}); decode on the CPU with backend='torch' (the fast CPU path), "
+                         "or pass device='cpu' to run nvImageCodec's CPU codecs")
 
 
 def packed_subset(dataset: Any) -> Any:

@@ -136,7 +136,7 @@ class DeviceFeed:
             pass
         except Exception as exc:  # noqa: BLE001 - raised in its own turn, after ``current``
             self.failed = exc
-        return _ready(current, self.stream)
+        return ready_on_loop_stream(current, self.stream)
 
     def _start_copy(self, batch: Any) -> Any:
         with torch.cuda.stream(self.stream):
@@ -144,8 +144,9 @@ class DeviceFeed:
             return self.normalizer(moved) if self.normalizer else moved
 
 
-def _ready(batch: Any, stream: torch.cuda.Stream) -> Any:
-    """Make the loop's stream wait for the copy, and keep the memory alive for that stream."""
+def ready_on_loop_stream(batch: Any, stream: torch.cuda.Stream) -> Any:
+    """Make the loop's stream wait for ``stream``'s work on ``batch`` (a copy, a decode), and keep
+    the batch's memory alive for the loop's stream."""
     current = torch.cuda.current_stream(stream.device)
     current.wait_stream(stream)
 

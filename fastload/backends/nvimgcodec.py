@@ -1,0 +1,177 @@
+"""The nvImageCodec tail: the sampler's key batches → records read by fastload → GPU decode → batches.
+
+Per batch, in two background threads: records are read and their crops planned (exactly as the
+torch backend plans them); then the JPEGs go to nvImageCodec as one batch, each decoding only
+its crop's region, and two batched matrix products resample every crop to the output size
+(:mod:`fastload.backends.crop_resample`), flips included. Records the GPU decoder does not take
+(PNGs, CMYK JPEGs, anything it fails on) are decoded by the torch backend's own CPU code, per
+record, into the same batch; a record no one can decode raises (or is skipped) as there.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
+
+import torch
+
+from fastload.backends.crop_resample import Crop, resample_into
+from fastload.backends.dali_pipeline import window
+from fastload.backends.nvimgcodec_decoder import Region, RegionDecoder
+from fastload.backends.planned import (
+    PlannedBatch,
+    batch_labels,
+    check_batching,
+    check_dataset,
+    read_and_plan,
+)
+from fastload.config import available_cpus
+from fastload.decode.crops import decode_crop
+from fastload.decode.pipeline import ThreadDecoder
+from fastload.errors import CorruptRecordError
+from fastload.loading.prefetch import ThreadPrefetcher
+from fastload.loading.transfer import Normalizer, map_tensors, ready_on_loop_stream
+from fastload.samples.collate import with_skips
+
+DEPTH = 2
+"""Batches read and planned ahead, and batches decoded ahead, of the loop."""
+
+
+class _Made(NamedTuple):
+    """One decoded batch, before it is handed to the loop's stream."""
+
+    images: torch.Tensor
+    labels: Any
+    skipped: int
+
+
+class NvImageCodecBackend:
+    """Runs a PackedDataset's built-in image pipeline with nvImageCodec's decoder, in fastload's order.
+
+    fastload reads the records (checksummed) and plans every crop and flip exactly as the torch
+    backend does; nvImageCodec decodes each JPEG's crop region on the GPU and torch resamples
+    the batch there. The samples, order, labels, skip rule and resume state are the torch
+    backend's; the pixels are within rounding of its full-scale decode.
+
+    Args:
+        dataset: a :class:`~fastload.PackedDataset` made with ``image_size=`` and no ``transform``.
+        device: a CUDA device decodes there; None or ``cpu`` uses nvImageCodec's CPU codecs (for
+            tests and machines without a GPU; ``backend="torch"`` is the fast CPU path).
+        mean, std: normalise to float32 on the device (as fastload's Normalizer).
+        batch_size, collate_fn, batched: the loader's; this tail builds whole batches itself.
+    """
+
+    def __init__(self, dataset: Any, *, batch_size: int | None, device: torch.device | None,
+                 mean: Sequence[float] | None, std: Sequence[float] | None,
+                 collate_fn: Any = None, batched: bool = True) -> None:
+        check_dataset(dataset, "nvimgcodec", skip_ok=True)
+        check_batching("nvimgcodec", collate_fn, batched)
+        self.dataset = dataset
+        self.gpu = device is not None and device.type == "cuda"
+        self.device = device if self.gpu else torch.device("cpu")
+        self.normalizer = Normalizer(mean, std) if mean is not None and std is not None else None
+        self._decoder: RegionDecoder | None = None
+        self._decode_lock = threading.Lock()  # one batch at a time through the decoder
+        self._cpu = ThreadDecoder(available_cpus())  # the records the GPU decoder does not take
+        self._stream: torch.cuda.Stream | None = None
+
+    def batches(self, key_batches: Iterable[Sequence[Any]]) -> Iterator[tuple[torch.Tensor, Any]]:
+        """``(images, labels)`` for each batch of sampler keys, in order, on the device.
+
+        An error (a damaged record) is raised when the loop reaches its batch, after the
+        batches before it; the iteration ends there.
+        """
+        decoder = self._ready_decoder()
+        skip = self.dataset.on_error == "skip"
+        planned = ThreadPrefetcher((read_and_plan(self.dataset, keys, skip=skip) for keys in key_batches), DEPTH)
+        made = ThreadPrefetcher((self._make(decoder, batch) for batch in planned), DEPTH)
+        try:
+            for batch in made:
+                yield self._hand_over(batch)
+        finally:
+            made.close()
+            planned.close()
+
+    def _ready_decoder(self) -> RegionDecoder:
+        if self._decoder is None:
+            if self.gpu and self.device.index is None:  # "cuda": the current device at the first epoch
+                self.device = torch.device("cuda", torch.cuda.current_device())
+            self._decoder = RegionDecoder(self.device, available_cpus())
+            self._stream = torch.cuda.Stream(self.device) if self.gpu else None
+        return self._decoder
+
+    # --- one batch: decode on the device, the rest on the CPU, resample -------------------------
+
+    def _make(self, decoder: RegionDecoder, batch: PlannedBatch) -> _Made:
+        with self._decode_lock, torch.cuda.stream(self._stream):  # None (CPU): no stream
+            out_h, out_w = self.dataset.pipeline.out_size
+            images = torch.empty((len(batch.indices), 3, out_h, out_w), dtype=torch.uint8, device=self.device)
+            on_device = [k for k, payload in enumerate(batch.payloads) if decoder.takes(payload)]
+            regions, crops = self._regions(batch, on_device)
+            decoded = decoder.decode([batch.payloads[k] for k in on_device], regions, self._stream) if on_device else []
+            kept = [j for j, pixels in enumerate(decoded) if pixels is not None]
+            resample_into(images, [on_device[j] for j in kept], [decoded[j] for j in kept], [crops[j] for j in kept])
+            taken = {on_device[j] for j in kept}
+            failed = self._decode_on_cpu(batch, [k for k in range(len(batch.indices)) if k not in taken], images)
+            if failed:
+                keep = [k for k in range(len(batch.indices)) if k not in failed]
+                images = images[torch.tensor(keep, device=self.device)]
+            labels = batch_labels(self.dataset, [i for k, i in enumerate(batch.indices) if k not in failed])
+            labels = map_tensors(labels, lambda t: t.to(self.device, non_blocking=True))
+            if self.normalizer is not None:
+                images = self.normalizer((images,))[0]
+            if self._stream is not None:
+                # nvImageCodec's images (in ``decoded``) are freed when this returns: finish with them.
+                self._stream.synchronize()
+        errors = {batch.indices[k]: exc for k, exc in failed.items()} | batch.failed
+        skipped = len(failed) + len(batch.failed)
+        if skipped:
+            self.dataset._count_skips(errors, skipped)
+        return _Made(images, labels, skipped)
+
+    def _regions(self, batch: PlannedBatch, ks: list[int]) -> tuple[list[Region], list[Crop]]:
+        """What to decode of each record ``ks`` (its crop's box, grown by the resize filter's
+        reach unless the crop is cut out first), and where the box is in that region."""
+        regions, crops = [], []
+        for k in ks:
+            plan, (width, height) = batch.plans[k], batch.sizes[k]
+            cut = window(plan, width, height)
+            (x0, y0), (w, h) = cut.anchor, cut.shape
+            regions.append(Region(x0, y0, x0 + w, y0 + h))
+            (top, left), (bottom, right) = cut.roi_start, cut.roi_end
+            crops.append(Crop(top=top, left=left, height=bottom - top, width=right - left, flip=plan.flip))
+        return regions, crops
+
+    def _decode_on_cpu(self, batch: PlannedBatch, ks: list[int], images: torch.Tensor) -> dict[int, CorruptRecordError]:
+        """Decode records ``ks`` with the torch backend's CPU code into their slots of ``images``;
+        returns the records that failed under ``on_error="skip"`` (else their error is raised)."""
+        if not ks:
+            return {}
+        out_h, out_w = self.dataset.pipeline.out_size
+        host = torch.empty((len(ks), out_h, out_w, 3), dtype=torch.uint8)
+        failed: dict[int, CorruptRecordError] = {}
+
+        def one(j: int) -> None:
+            k = ks[j]
+            try:
+                decode_crop(batch.payloads[k], batch.plans[k], out=host[j].numpy(), where=batch.where(self.dataset, k),
+                            max_pixels=self.dataset.max_pixels)
+            except CorruptRecordError as exc:
+                if self.dataset.on_error != "skip":
+                    raise
+                failed[k] = exc
+
+        self._cpu.map(one, len(ks))
+        slots = torch.tensor(ks, device=self.device)
+        images[slots] = host.permute(0, 3, 1, 2).to(self.device)
+        return failed
+
+    def _hand_over(self, made: _Made) -> tuple[torch.Tensor, Any]:
+        batch: Any = (made.images, made.labels)
+        if self._stream is not None:
+            batch = ready_on_loop_stream(batch, self._stream)
+        if made.skipped:
+            batch = with_skips(batch, made.skipped)
+        return batch
+

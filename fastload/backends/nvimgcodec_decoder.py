@@ -1,0 +1,141 @@
+"""nvImageCodec, loaded quietly: JPEG regions → decoded ``H×W×3`` uint8 tensors (GPU, or its CPU codecs).
+
+nvImageCodec is NVIDIA's codec library, the one DALI decodes with: batched JPEG decode on the
+GPU's hardware JPEG engines where it has them (A100, H100, H200), in CUDA otherwise, and on the
+CPU (libjpeg-turbo) without a GPU. Its extensions print to the process's own stdout/stderr when a
+codec library is missing (nvJPEG 2000 and nvTIFF, which fastload does not use); that output is
+kept, and shown only if the decoder cannot be made.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from fastload.errors import MissingDependencyError
+from fastload.optional import extra_hint
+
+PURPOSE = "DataLoader(backend='nvimgcodec')"
+JPEG_MAGIC = b"\xff\xd8\xff"
+
+_loaded: tuple[ModuleType, str] | None = None
+
+
+class Region(NamedTuple):
+    """The rectangle of an image to decode, in whole pixels: ``[x0, x1) × [y0, y1)``."""
+
+    x0: int
+    y0: int
+    x1: int
+    y1: int
+
+
+def package_for_torch() -> str:
+    """The nvImageCodec wheel that matches the installed torch's CUDA (13.x or else 12.x)."""
+    cuda = torch.version.cuda or ""
+    return "nvidia-nvimgcodec-cu13[nvjpeg]" if cuda.startswith("13") else "nvidia-nvimgcodec-cu12[nvjpeg]"
+
+
+def load() -> tuple[ModuleType, str]:
+    """``nvidia.nvimgcodec`` and what its extensions printed while loading (once a process)."""
+    global _loaded
+    if _loaded is None:
+        with tempfile.TemporaryFile() as said:
+            try:
+                with _native_output_to(said):
+                    from nvidia import nvimgcodec
+            except ImportError as exc:
+                extra = "gpu-cu13" if "cu13" in package_for_torch() else "gpu"
+                raise MissingDependencyError(
+                    f"{PURPOSE} needs nvImageCodec, which is not importable here ({exc}); install "
+                    f"it: pip install '{package_for_torch()}' (or {extra_hint(extra)}), or load with "
+                    "backend='torch'") from exc
+            said.seek(0)
+            _loaded = nvimgcodec, said.read().decode(errors="replace")
+    return _loaded
+
+
+class _native_output_to:
+    """Point file descriptors 1 and 2 at ``file`` (C libraries write there, not to sys.stdout)."""
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+        self.saved: list[int] = []
+
+    def __enter__(self) -> None:
+        for fd in (1, 2):
+            self.saved.append(os.dup(fd))
+            os.dup2(self.file.fileno(), fd)
+
+    def __exit__(self, *exc: object) -> None:
+        for fd, saved in zip((1, 2), self.saved):
+            os.dup2(saved, fd)
+            os.close(saved)
+
+
+class RegionDecoder:
+    """Decodes batches of JPEG regions with nvImageCodec, on ``device`` (a CUDA device) or its CPU codecs.
+
+    Args:
+        device: a CUDA device (decode there: hardware engines or CUDA), or CPU (libjpeg-turbo
+            inside nvImageCodec; the tests' and a GPU-less machine's path, not a fast one).
+        threads: CPU threads nvImageCodec may use (Huffman decode of the hybrid path, CPU codecs).
+    """
+
+    def __init__(self, device: torch.device, threads: int) -> None:
+        codec, said = load()
+        self.device = device
+        self.gpu = device.type == "cuda"
+        with tempfile.TemporaryFile() as said_now:
+            try:
+                with _native_output_to(said_now):  # its notes on threads and codecs, kept for errors
+                    if self.gpu:
+                        self.decoder = codec.Decoder(device_id=device.index if device.index is not None else
+                                                     torch.cuda.current_device(), max_num_cpu_threads=threads)
+                    else:
+                        self.decoder = codec.Decoder(device_id=codec.NVIMGCODEC_DEVICE_CPU_ONLY,
+                                                     max_num_cpu_threads=threads,
+                                                     backends=[codec.Backend(codec.CPU_ONLY)])
+            except RuntimeError as exc:
+                said_now.seek(0)
+                said = (said + said_now.read().decode(errors="replace")).strip()
+                shown = f"; while loading it said: {said[:800]}" if said else ""
+                raise RuntimeError(f"{PURPOSE}: nvImageCodec could not make a decoder on {device} ({exc})"
+                                   f"{shown}; load with backend='torch'") from exc
+        # EXIF orientation is ignored, as Pillow in the torch backend: crops were planned on the
+        # stored width and height. Every image comes out as 3 interleaved RGB channels.
+        self.params = codec.DecodeParams(apply_exif_orientation=False, color_spec=codec.SRGB,
+                                         sample_format=codec.I_RGB)
+        self.codec = codec
+
+    def takes(self, payload: bytes) -> bool:
+        """Whether this decoder should decode ``payload``: a JPEG (not CMYK/YCCK, which the torch
+        backend converts with Pillow's rules); anything else goes through the CPU path."""
+        if payload[:3] != JPEG_MAGIC:
+            return False
+        try:
+            stream = self.codec.CodeStream(payload)
+        except Exception:  # noqa: BLE001 - a header it cannot parse: the CPU path names the error
+            return False
+        return stream.num_channels in (1, 3)
+
+    def decode(self, payloads: Sequence[bytes], regions: Sequence[Region],
+               stream: torch.cuda.Stream | None) -> list[torch.Tensor | None]:
+        """Each payload's region as an ``H×W×3`` uint8 tensor on this decoder's device (None where
+        nvImageCodec could not decode it). On the GPU the pixels are ready on ``stream``; the
+        tensors keep nvImageCodec's images alive until they are dropped."""
+        codec = self.codec
+        streams = [codec.CodeStream(p).get_sub_code_stream(region=codec.Region(r.y0, r.x0, r.y1, r.x1))
+                   for p, r in zip(payloads, regions)]
+        images = self.decoder.decode(streams, params=self.params,
+                                     cuda_stream=stream.cuda_stream if stream is not None else 0)
+        if self.gpu:
+            return [None if im is None else torch.as_tensor(im, device=self.device) for im in images]
+        return [None if im is None else torch.from_numpy(np.asarray(im)) for im in images]
+
