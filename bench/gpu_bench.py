@@ -9,6 +9,9 @@ interleaved run by run:
   ``.to("cuda", non_blocking=True)`` and normalisation on the GPU: what a careful user writes.
 - ``fastload``: ``fastload.DataLoader(PackedDataset(...), device="cuda", mean=..., std=...)`` with
   its auto settings: the pinned copy on a side stream, normalised on the GPU.
+- ``nvimgcodec``: the same with ``backend="nvimgcodec"``: JPEG crops decoded on the GPU.
+- ``headspace`` (under a model only): the step alone on one batch already on the GPU, the rate no
+  loader can beat; a loader that reaches it leaves the model bounding training.
 
 Each row runs twice: data alone (``data``: each batch summed on the GPU) and with a ResNet-18-shaped
 model's forward + backward + SGD step in bf16 autocast (``model``). The wait column is the share of the wall
@@ -47,8 +50,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=2, help="runs of each row, interleaved")
     p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
                    help="num_workers of torch and of fastload's processes row (default: one per core)")
-    p.add_argument("--rows", nargs="+", default=["torch", "auto"], choices=["torch", "auto", "threads", "processes"],
-                   help="torch's loader, and fastload with its auto settings or an explicit mode")
+    p.add_argument("--rows", nargs="+", default=["torch", "auto"],
+                   choices=["torch", "auto", "threads", "processes", "nvimgcodec"],
+                   help="torch's loader, and fastload with its auto settings, an explicit mode, or GPU decode")
+    p.add_argument("--model", default="small",
+                   help="the model step: 'small' (a ResNet-18-shaped stack written here) or a torchvision "
+                        "model name (resnet50, resnet18, ...), bf16 autocast and channels-last")
     p.add_argument("--steps", nargs="+", default=["data", "model"], choices=["data", "model"],
                    help="data alone, and under the model's step")
     p.add_argument("--json", type=Path, help="write the rows here")
@@ -102,7 +109,10 @@ def torch_batches(images: Path, args: argparse.Namespace) -> Iterable[tuple[torc
 def fastload_batches(packed: Path, args: argparse.Namespace, mode: str) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
     """fastload's loop: auto settings (or ``mode``), delivered on the GPU and normalised there."""
     dataset = fastload.PackedDataset(packed, image_size=args.image_size, train=True)
-    explicit = {} if mode == "auto" else {"mode": mode, "num_workers": args.workers if mode == "processes" else 0}
+    if mode == "nvimgcodec":
+        explicit: dict[str, Any] = {"backend": "nvimgcodec"}
+    else:
+        explicit = {} if mode == "auto" else {"mode": mode, "num_workers": args.workers if mode == "processes" else 0}
     loader = fastload.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, drop_last=True,
                                  device="cuda", mean=list(MEAN), std=list(STD), **explicit)
     print(f"  fastload {loader.settings.as_kwargs()}", flush=True)
@@ -110,27 +120,53 @@ def fastload_batches(packed: Path, args: argparse.Namespace, mode: str) -> Itera
         yield from loader
 
 
+def headspace_batches(args: argparse.Namespace) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+    """One normalised batch already on the GPU, over and over: the step's own ceiling."""
+    x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device="cuda")
+    y = torch.randint(0, 1000, (args.batch_size,), device="cuda")
+    while True:
+        yield x, y
+
+
 def run(batches: Iterable[tuple[torch.Tensor, torch.Tensor]], step: Callable[[torch.Tensor, torch.Tensor], None],
         seconds: float, batch_size: int) -> dict[str, float]:
-    """Samples/s and the share of wall time spent waiting for the next batch."""
+    """Samples/s, the share of wall time spent waiting for the next batch, the mean step time, and
+    the GPU memory in use beyond what it was before (torch's and any library's, from the driver)."""
+    free, total = torch.cuda.mem_get_info()
+    used_before = total - free
     it = iter(batches)
     for _ in range(5):  # workers started, cuDNN tuned
         step(*next(it))
     torch.cuda.synchronize()
-    waited, done, start = 0.0, 0, time.perf_counter()
+    waited, stepped, done, start = 0.0, 0.0, 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         t = time.perf_counter()
         x, y = next(it)
         waited += time.perf_counter() - t
+        t = time.perf_counter()
         step(x, y)
         torch.cuda.synchronize()  # the step's time is the GPU's, not the launch's
+        stepped += time.perf_counter() - t
         done += 1
     wall = time.perf_counter() - start
-    return {"samples_per_s": done * batch_size / wall, "wait_share": waited / wall}
+    free, total = torch.cuda.mem_get_info()
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()  # a generator: its loader's workers and threads go
+    return {"samples_per_s": done * batch_size / wall, "wait_share": waited / wall,
+            "step_ms": 1000 * stepped / max(done, 1), "gpu_mb_added": (total - free - used_before) / 2**20}
 
 
-def steps() -> dict[str, Callable[[torch.Tensor, torch.Tensor], None]]:
-    model = SmallResNet().cuda().to(memory_format=torch.channels_last)
+def model_for(name: str) -> nn.Module:
+    if name == "small":
+        return SmallResNet()
+    import torchvision  # on the lent GPU machine: named models
+
+    return getattr(torchvision.models, name)(weights=None)
+
+
+def steps(model_name: str) -> dict[str, Callable[[torch.Tensor, torch.Tensor], None]]:
+    model = model_for(model_name).cuda().to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def train(x: torch.Tensor, y: torch.Tensor) -> None:
@@ -153,29 +189,35 @@ def main(argv: list[str] | None = None) -> None:
     torch.backends.cudnn.benchmark = True
     rows: dict[str, Callable[[], Iterable[Any]]] = {}
     for row in args.rows:
-        if row == "torch":
+        if row == "nvimgcodec":
+            rows["fastload, device='cuda', backend='nvimgcodec'"] = lambda: fastload_batches(args.packed, args, "nvimgcodec")
+        elif row == "torch":
             rows[f"torch, {args.workers} workers, pin_memory"] = lambda: torch_batches(args.images, args)
         else:
             rows[f"fastload, device='cuda', {row}"] = lambda row=row: fastload_batches(args.packed, args, row)
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
-    for step_name, step in steps().items():
+    for step_name, step in steps(args.model).items():
         if step_name not in args.steps:
             continue
         for repeat in range(args.repeats):
-            for name, make in rows.items():
+            chosen = {**rows, "headspace: the step on a batch on the GPU": lambda: headspace_batches(args)} \
+                if step_name == "model" else rows
+            for name, make in chosen.items():
                 got = run(make(), step, args.seconds, args.batch_size)
                 results.setdefault(step_name, {}).setdefault(name, []).append(got)
                 print(f"{step_name:6s} {name:40s} run {repeat + 1}: {got['samples_per_s']:8.0f} samples/s, "
-                      f"waiting {got['wait_share']:.0%}", flush=True)
-    summary = {step: {name: {"samples_per_s": statistics.median(r["samples_per_s"] for r in runs),
-                             "wait_share": statistics.median(r["wait_share"] for r in runs)}
+                      f"waiting {got['wait_share']:.0%}, step {got['step_ms']:.1f} ms, "
+                      f"GPU memory +{got['gpu_mb_added']:.0f} MB", flush=True)
+    summary = {step: {name: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
                       for name, runs in by_row.items()} for step, by_row in results.items()}
-    print(f"\n{torch.cuda.get_device_name(0)}, {args.workers} cores, batch {args.batch_size}, medians:")
+    print(f"\n{torch.cuda.get_device_name(0)}, {args.workers} cores, batch {args.batch_size}, "
+          f"model {args.model}, medians:")
     for step_name, by_row in summary.items():
         base = next(iter(by_row.values()))["samples_per_s"]
         for name, row in by_row.items():
             print(f"  {step_name:6s} {name:40s} {row['samples_per_s']:8.0f} samples/s "
-                  f"({row['samples_per_s'] / base:.2f}x torch), waiting {row['wait_share']:.0%}")
+                  f"({row['samples_per_s'] / base:.2f}x the first row's), waiting {row['wait_share']:.0%}, "
+                  f"step {row['step_ms']:.1f} ms")
     if args.json:
         args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(0), "cores": len(os.sched_getaffinity(0)),
                                          "torch": torch.__version__, "args": {k: str(v) for k, v in
