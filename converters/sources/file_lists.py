@@ -9,7 +9,6 @@ sidecars share (converters.sources.sidecars).
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 from pathlib import Path
@@ -24,6 +23,7 @@ from fastload.converters.sources.items import (
     check_field_names,
     file_refusal,
 )
+from fastload.converters.sources.json_text import BadJson, parse_json
 
 from fastload.errors import SourceError
 from fastload.format.layout import float64_problem
@@ -84,9 +84,9 @@ def _read_rows(src: Path) -> list[tuple[int, dict[str, Any]]]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except (ValueError, RecursionError) as exc:  # a number of 5,000 digits, lists 100,000 deep
-                raise SourceError(f"{src}:{line_no}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
+                row = parse_json(line)
+            except BadJson as exc:  # a number of 5,000 digits, lists 100,000 deep
+                raise SourceError(f"{src}:{line_no}: {exc}") from None
             if not isinstance(row, dict):
                 raise SourceError(f"{src}:{line_no}: each line must be a JSON object with a 'path'")
             rows.append((line_no, row))
@@ -104,8 +104,8 @@ def _as_list(value: Any) -> list | None:
         return value
     if isinstance(value, str) and value.lstrip().startswith("["):
         try:
-            parsed = json.loads(value)
-        except (ValueError, RecursionError):  # not JSON, or more digits or depth than Python parses
+            parsed = parse_json(value)
+        except BadJson:  # not JSON, or more digits or depth than a field holds
             return None
         return parsed if isinstance(parsed, list) else None
     return None

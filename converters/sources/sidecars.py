@@ -14,13 +14,14 @@ fields, not as ignored files.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from fastload.converters.sources.file_lists import typed_field
 from fastload.converters.sources.items import Skip, SourceItem, SourceListing, check_field_names
+from fastload.converters.sources.json_text import BadJson, parse_json
+
 from fastload.errors import SourceError
 from fastload.format.files import read_regular
 from fastload.format.layout import RESERVED_FIELD_NAMES
@@ -154,9 +155,9 @@ def _read(path: Path, kind: str, txt: str, taken: tuple[str, ...]) -> dict[str, 
     if kind == ".txt":
         return {txt: text}
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SourceError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+        value = parse_json(text)
+    except BadJson as exc:
+        raise SourceError(f"{path}: {exc}") from None
     if not isinstance(value, dict):
         raise SourceError(f"{path}: must hold a JSON object (its keys become fields), not {type(value).__name__}")
     clash = [key for key in value if key in taken]

@@ -3,10 +3,10 @@ column as a typed field, its type read from the Arrow schema (not guessed from v
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
+from fastload.converters.sources.json_text import parse_json
 
 from fastload.errors import SourceError
 from fastload.format.layout import array_type
@@ -43,8 +43,8 @@ def hf_features(schema: Any) -> dict[str, Any]:
     """The Hugging Face features a table's schema metadata records (``{}`` when none)."""
     raw = (schema.metadata or {}).get(b"huggingface")
     try:
-        features = json.loads(raw)["info"]["features"] if raw else {}
-    except (ValueError, KeyError, TypeError):
+        features = parse_json(raw)["info"]["features"] if raw else {}
+    except (ValueError, KeyError, TypeError):  # BadJson is a ValueError
         return {}
     return features if isinstance(features, dict) else {}
 

@@ -71,9 +71,10 @@ def test_numbers_float64_or_int64_hold_pack_and_read_back_exactly(images, tmp_pa
         assert got["x"].tolist() == row["x"] and got["boxes"].tolist() == row["boxes"]
 
 
-@pytest.mark.parametrize("value, reason", [("1" * 5000, "Exceeds the limit"), ("[" * 100_000, "maximum recursion")],
+@pytest.mark.parametrize("value, reason", [("1" * 5000, r"not valid JSON \(.*Exceeds the limit"),
+                                           ("[" * 100_000, r"nested 100001 levels deep, over the 64 accepted")],
                          ids=["5000-digits", "100000-deep"])
 def test_a_json_number_or_list_python_cannot_parse_is_refused_naming_its_line(images, tmp_path, value, reason):
     listed = jsonl(images, f"{tmp_path.name}.jsonl", ["1", value])
-    with pytest.raises(SourceError, match=rf"^{listed}:2: not valid JSON \(.*{reason}"):
+    with pytest.raises(SourceError, match=rf"^{listed}:2: {reason}"):
         pack(listed, tmp_path / "out.fl", progress=False)
