@@ -13,6 +13,9 @@ ranged GETs (``StoreFile``, which reads ahead in blocks).
 It reads what WebDataset writers emit: ustar and GNU headers, GNU long names (``L``), pax
 ``path`` and ``size`` records (``x``; global ``g`` ignored). A header whose checksum fails, a
 member that ends past the file, or a missing end-of-archive is TarDamaged, never a quiet stop.
+So is a long name or pax member over MAX_HEADER_MEMBER (checked before a byte of it is read: its
+header may declare gigabytes) and a pax record whose length, spelling or size is not one a writer
+makes (a length of 0 would never move the parse on).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ _ZEROS = bytes(BLOCK)
 REGULAR_KINDS = (b"0", b"\0", b"7")  # type flags of a file (not a folder, link or device)
 FOLDER_KIND = b"5"
 _SPACES_SUM = 8 * ord(" ")  # the checksum field itself counts as spaces
+MAX_HEADER_MEMBER = 2**20
+"""Largest GNU long name (``L``) or pax member (``x``, ``g``) read: a path is at most 4 KB on any file
+system, and GNU tar's and Python's writers make these members a few hundred bytes."""
 
 
 class TarDamaged(Exception):
@@ -116,19 +122,23 @@ class TarWalk:
                     raw = block[345:500].split(b"\0", 1)[0] + b"/" + raw
                 name = raw.decode("utf-8", "surrogateescape")
             if pax is not None and kind not in b"xXgL":
-                try:
-                    length = int(pax.get("size", length))
-                except ValueError:
-                    raise TarDamaged(pos, f"a damaged header at byte {pos} (its pax size is not a number)") from None
+                length = int(pax.get("size", length))  # digits only: _pax checked them
                 name = long_name or pax.get("path") or name
             start = pos + BLOCK
             if length < 0 or start + length > size:
                 raise TarDamaged(pos, f"member {name} is truncated (its {length} bytes end past the file's {size})",
                                  name)
+            if kind in b"LxXg" and length > MAX_HEADER_MEMBER:
+                what = "long name" if kind == b"L" else "pax header"
+                raise TarDamaged(pos, f"the {what} member at byte {pos} declares {length} bytes, over the "
+                                 f"{MAX_HEADER_MEMBER} a {what} may hold (not read)", name)
             if kind == b"L":
                 long_name = self.read(start, length).split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
             elif kind == b"x" or kind == b"X":
-                pax = _pax(self.read(start, length))
+                try:
+                    pax = _pax(self.read(start, length))
+                except ValueError as exc:
+                    raise TarDamaged(pos, f"a damaged pax header at byte {pos} ({exc})", name) from None
             elif kind != b"g":
                 yield name, start, length, kind
                 long_name, pax = None, None
@@ -183,13 +193,24 @@ def _number(field: bytes) -> int:
 
 
 def _pax(data: bytes) -> dict[str, str]:
-    """The ``path`` and ``size`` of pax records (``"%d %s=%s\\n"``), the ones a member's extent needs."""
+    """The ``path`` and ``size`` of pax records (``"%d %s=%s\\n"``), the ones a member's extent needs;
+    ValueError saying which record is not spelled so (each record's length counts itself, so every
+    record moves the parse on by at least one more byte than its length's digits)."""
     out, pos = {}, 0
     while pos < len(data) and data[pos:pos + 1] != b"\0":
-        space = data.index(b" ", pos)
-        length = int(data[pos:space])
-        key, _, value = data[space + 1:pos + length - 1].partition(b"=")
+        space = data.find(b" ", pos, pos + 21)
+        digits = data[pos:space]
+        if space < 0 or not digits.isdigit():
+            raise ValueError(f"its record at byte {pos} does not start with a length and a space")
+        length = int(digits)
+        end = pos + length
+        if length <= space + 1 - pos or end > len(data) or data[end - 1:end] != b"\n":
+            raise ValueError(f"its record at byte {pos} declares a length of {length}, which does not end "
+                             f"at a newline within its {len(data)} bytes")
+        key, _, value = data[space + 1:end - 1].partition(b"=")
+        if key == b"size" and not value.isdigit():
+            raise ValueError(f"its size record holds {value[:40]!r}, not a number of bytes")
         if key in (b"path", b"size"):
             out[key.decode()] = value.decode("utf-8", "surrogateescape")
-        pos += length
+        pos = end
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -17,28 +18,42 @@ from fastload.format.layout import IMAGE_EXTENSIONS
 TAR_SUFFIX = ".tar"
 _BRACES = re.compile(r"\{([^{}]*)\}")
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
+MAX_BRACE_NAMES = 10**6
+"""Most names a brace list may stand for (counted before any is made): a million shards is a
+petabyte-sized source, and a million names already take some 100 MB to list."""
 
 
 def expand_braces(pattern: str) -> list[str]:
     """``data-{000..002}.tar`` → the three names, as WebDataset's brace lists: ``{a,b}`` lists and
-    ``{N..M}`` ranges (zero-padded to the width written), several groups multiplied out in order."""
-    parts: list[list[str]] = []
+    ``{N..M}`` ranges (zero-padded to the width written), several groups multiplied out in order;
+    at most MAX_BRACE_NAMES of them, counted before any is made."""
+    groups: list[range | list[str]] = []  # each group's values (a range's numbers, before padding)
+    widths: list[int] = []
+    fixed: list[str] = []  # the text before each group, then after the last
     last = 0
     for found in _BRACES.finditer(pattern):
-        parts.append([pattern[last:found.start()]])
+        fixed.append(pattern[last:found.start()])
         body = found.group(1)
         span = _RANGE.match(body)
         if span:
             lo, hi = int(span.group(1)), int(span.group(2))
-            width = len(span.group(1)) if span.group(1).lstrip("-").startswith("0") else 0
+            widths.append(len(span.group(1)) if span.group(1).lstrip("-").startswith("0") else 0)
             step = 1 if hi >= lo else -1
-            parts.append([str(n).zfill(width) for n in range(lo, hi + step, step)])
+            groups.append(range(lo, hi + step, step))
         elif "," in body:
-            parts.append(body.split(","))
+            groups.append(body.split(","))
+            widths.append(0)
         else:
             raise SourceError(f"{pattern}: {{{body}}} is neither a list ({{a,b}}) nor a range ({{000..099}})")
         last = found.end()
-    parts.append([pattern[last:]])
+    fixed.append(pattern[last:])
+    count = math.prod(len(g) for g in groups)
+    if count > MAX_BRACE_NAMES:
+        raise SourceError(f"{pattern}: names {count} files, over the {MAX_BRACE_NAMES} a brace list may name; "
+                          "give a smaller range, or pack the shards in parts")
+    parts = [[fixed[0]]]
+    for group, width, text in zip(groups, widths, fixed[1:]):
+        parts += [[str(v).zfill(width) for v in group] if isinstance(group, range) else group, [text]]
     return ["".join(p) for p in itertools.product(*parts)]
 
 

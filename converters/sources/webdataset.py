@@ -14,7 +14,6 @@ extracted. A source is a ``.tar`` file, a brace list (``data-{000000..000099}.ta
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -33,7 +32,9 @@ from fastload.converters.sources.items import (
     SourceItem,
     SourceListing,
     check_field_names,
+    escaped,
 )
+from fastload.converters.sources.json_text import BadJson, parse_json
 from fastload.converters.sources.tar_headers import (
     FOLDER_KIND,
     REGULAR_KINDS,
@@ -52,6 +53,7 @@ _KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # WebDataset's own rule (webd
 _IMAGE_EXTS = tuple(ext.lstrip(".") for ext in IMAGE_EXTENSIONS)
 _TEXT_EXTS = ("cls", "txt", "json")  # read at listing time into the index; the rest are payloads
 _MAX_TEXT_BYTES = 16 * 2**20
+_MAX_LABEL = 2**63 - 1  # labels are stored as int64; -1 is "no label", which a .cls cannot say
 
 
 class _DamagedTar(Exception):
@@ -139,7 +141,7 @@ def list_tar_objects(src: object, root: object, tars: list[TarObject], reader: M
         except SourceError as exc:
             if on_error != "skip":
                 raise SourceError(f"{tar.path}: sample {key!r}: {exc}; fix the tar, or pass --on-error skip") from None
-            listing.skipped.append(Skip(f"{tar.name}/{key}.{image}", str(exc)))
+            listing.skipped.append(Skip(escaped(f"{tar.name}/{key}.{image}"), str(exc)))
             continue
         listing.items.append(item)
         rows.append((item.rel, row))
@@ -212,6 +214,9 @@ def _sample(tar: TarObject, key: str, members: dict[str, _Member], image: str, e
     if len(members) != len(exts) + 1:  # its members are among these: one is missing
         missing = [f".{e}" for e in (image, *exts) if e not in members]
         raise SourceError(f"no {', '.join(missing)} member, though other samples have one")
+    undecodable = [m.name for m in members.values() if escaped(m.name) != m.name]
+    if undecodable:  # a name is stored as UTF-8 text in the index
+        raise SourceError(f"member name {escaped(undecodable[0])} is not valid UTF-8; rename it")
     main = members[image]
     if max_file_size is not None:
         for member in (main, *(members[e] for e in payloads)):
@@ -224,8 +229,11 @@ def _sample(tar: TarObject, key: str, members: dict[str, _Member], image: str, e
         text = _text(members["cls"])
         try:
             label = int(text)  # around it, white space as str.strip takes it
-        except ValueError:
+        except ValueError:  # not digits, or more digits than int() parses
             raise SourceError(f"its .cls member holds {text.strip()[:40]!r}, not a whole-number class id") from None
+        if not 0 <= label <= _MAX_LABEL:
+            raise SourceError(f"its .cls member holds {text.strip()[:40]!r}, out of the range a label is stored "
+                              f"in (0..2**63-1); give class ids from 0")
     if "txt" in members:
         row[field_names["txt"]] = _text(members["txt"])
     if "json" in members:
@@ -253,9 +261,9 @@ def _text(member: _Member) -> str:
 
 def _json(member: _Member) -> dict[str, Any]:
     try:
-        value = json.loads(_text(member))
-    except json.JSONDecodeError as exc:
-        raise SourceError(f"its member {member.name} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+        value = parse_json(_text(member))
+    except BadJson as exc:
+        raise SourceError(f"its member {member.name} is {exc}") from None
     if not isinstance(value, dict):
         raise SourceError(f"its member {member.name} must hold a JSON object (its keys become fields), "
                           f"not {type(value).__name__}")
