@@ -6,7 +6,9 @@ A list names its files by path, so a careless or hostile one could pack ``/proc/
 Each path a list gives (its ``path`` column, its file columns) is resolved, symlinks followed,
 before it is checked: a link inside the root that points out of it is outside. A folder source
 follows its links as documented (converters.sources.folders); no source file is ever read from a kernel
-file system (fastload.format.files refuses them at open, by device, whatever the path).
+file system (fastload.format.files refuses them at open, by device, whatever the path). A
+``save_to_disk`` folder's state.json names its data files by path too, and is held to the same rule
+(``where_outside``), inside the folder that holds it.
 """
 
 from __future__ import annotations
@@ -48,11 +50,19 @@ class ListRoot:
         """The file the list's path ``raw`` names (relative: to the list's folder), and why it may
         not be read (None: it may)."""
         path = Path(raw) if os.path.isabs(raw) else self.base / raw
-        real = os.path.realpath(path)
-        folder = _kernel_folder(real) if os.path.isfile(real) else None  # a device: "not a regular file"
-        if folder is not None:
-            return path, f"resolves to {real}, in {folder}: {_NEVER}"
-        if not self.outside and not Path(real).is_relative_to(self.root):
-            return path, (f"resolves to {real}, outside {self.root}, where the list's paths must stay; move "
-                          "it in, pass --root a folder that holds it, or pass --allow-outside-root")
-        return path, None
+        return path, where_outside(path, None if self.outside else self.root, (
+            "the list's paths must stay; move it in, pass --root a folder that holds it, or pass "
+            "--allow-outside-root"))
+
+
+def where_outside(path: Path, root: Path | None, hint: str) -> str | None:
+    """Why ``path`` may not be read: it resolves (links followed) into a kernel file system, or
+    outside the real folder ``root`` (None: anywhere will do), where ``hint`` says what must stay
+    and what to do; None when it may."""
+    real = os.path.realpath(path)
+    folder = _kernel_folder(real) if os.path.isfile(real) else None  # a device: "not a regular file"
+    if folder is not None:
+        return f"resolves to {real}, in {folder}: {_NEVER}"
+    if root is not None and not Path(real).is_relative_to(root):
+        return f"resolves to {real}, outside {root}, where {hint}"
+    return None

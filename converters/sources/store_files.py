@@ -40,6 +40,7 @@ from fastload.converters.sources.items import SourceItem, SourceListing
 from fastload.converters.sources.table_files import (
     HF_DICT,
     HF_STATE,
+    MAX_STATE_BYTES,
     TABLE_SUFFIXES,
     IpcTable,
     ParquetTable,
@@ -182,6 +183,9 @@ def _saved_dataset(store: RemoteStore, top: list[Object]) -> list[Object] | None
                           f"{store.url.rstrip('/')}/train (or the split you want)")
     if HF_STATE not in names:
         return None
+    if names[HF_STATE][1] > MAX_STATE_BYTES:
+        raise SourceError(f"{store.display(HF_STATE)}: holds {names[HF_STATE][1]} bytes, over the {MAX_STATE_BYTES} "
+                          "a save_to_disk state file may hold (not read); save the dataset again with save_to_disk")
     files = saved_data_files(store.read_ranges([(HF_STATE, 0, names[HF_STATE][1])])[0], store.display(HF_STATE))
     missing = [f for f in files if f not in names]
     if missing:

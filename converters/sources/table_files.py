@@ -7,22 +7,27 @@ chunk at a time. Only the image column is read at pack time; the others once, wh
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from fastload.converters.sources.confine import where_outside
+from fastload.converters.sources.json_text import BadJson, parse_json
 from fastload.converters.sources.table_pages import Unsupported, image_spans
 
 from fastload.errors import SourceError, SourceNotFoundError
+from fastload.format.files import read_regular
 from fastload.format.layout import IMAGE_EXTENSIONS
 from fastload.optional import require
 
 TABLE_SUFFIXES = (".parquet", ".arrow", ".feather")
 HF_STATE, HF_DICT = "state.json", "dataset_dict.json"  # what save_to_disk writes beside the data files
 _MEMORY_BATCH_ROWS = 8192  # an in-memory table's rows per batch: zero-copy slices, any size would do
+MAX_STATE_BYTES = 2**24
+"""Largest state.json read: save_to_disk writes a few KB (an entry per data file, and the features)."""
+_SAVE_AGAIN = "save the dataset again with save_to_disk"
 
 
 def arrow() -> Any:
@@ -53,12 +58,18 @@ def table_paths(src: Path) -> tuple[Path, list[Path]]:
         raise SourceError(f"{src}: a Hugging Face DatasetDict (splits: {', '.join(splits) or 'none'}); "
                           f"pack one split at a time: {src / (splits[0] if splits else 'train')}")
     if (src / HF_STATE).is_file():
+        state = src / HF_STATE
         try:
-            text = (src / HF_STATE).read_bytes()
+            text = read_regular(state, MAX_STATE_BYTES)
         except OSError as exc:
-            raise SourceError(f"{src / HF_STATE}: not a save_to_disk state file ({exc}); "
-                              "save the dataset again with save_to_disk") from None
-        paths = [src / name for name in saved_data_files(text, src / HF_STATE)]
+            raise SourceError(f"{state}: not a save_to_disk state file ({exc.strerror or exc}); "
+                              f"{_SAVE_AGAIN}") from None
+        real = Path(os.path.realpath(src))
+        paths = [src / name for name in saved_data_files(text, state)]
+        for path in paths:  # a link among them is followed, and held to the folder as a list's paths are
+            outside = where_outside(path, real, f"the data files its {HF_STATE} names must be; {_SAVE_AGAIN}")
+            if outside is not None:
+                raise SourceError(f"{state}: data file {path.name!r} {outside}")
         missing = [p for p in paths if not p.is_file()]
         if missing:
             raise SourceNotFoundError(f"{missing[0]}: no such file, though {HF_STATE} lists it")
@@ -71,12 +82,29 @@ def table_paths(src: Path) -> tuple[Path, list[Path]]:
 
 def saved_data_files(state: bytes, where: object) -> list[str]:
     """The data files a ``save_to_disk`` folder's state.json (its bytes; ``where`` names it in an
-    error) lists, in the order its rows are in."""
+    error) lists, in the order its rows are in: each a file name in that folder (save_to_disk
+    writes ``data-00000-of-00001.arrow``), never a path that could lead out of it."""
     try:
-        return [f["filename"] for f in json.loads(state)["_data_files"]]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SourceError(f"{where}: not a save_to_disk state file ({exc}); "
-                          "save the dataset again with save_to_disk") from None
+        state_value = parse_json(state)
+    except BadJson as exc:
+        raise SourceError(f"{where}: not a save_to_disk state file (it is {exc}); {_SAVE_AGAIN}") from None
+    files = state_value.get("_data_files") if isinstance(state_value, dict) else None
+    if not isinstance(files, list) or not files:
+        raise SourceError(f"{where}: not a save_to_disk state file (its _data_files is {_short(files)}, not a list "
+                          f"of one or more data files); {_SAVE_AGAIN}")
+    names = []
+    for k, entry in enumerate(files):
+        name = entry.get("filename") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in "/\\\0"):
+            raise SourceError(f"{where}: _data_files[{k}] names {_short(name if isinstance(entry, dict) else entry)}, "
+                              f"not a data file in its folder (a plain file name); {_SAVE_AGAIN}")
+        names.append(name)
+    return names
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class TableFile:

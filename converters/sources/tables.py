@@ -87,6 +87,10 @@ def _listing(root: Path, tables: list[TableFile], image_column: str | None, labe
              order: np.ndarray | None = None) -> SourceListing:
     first = tables[0]
     schema = first.schema.remove_metadata()
+    twice = sorted({n for n in schema.names if schema.names.count(n) > 1})
+    if twice:  # a column's name is how it is read, and a field's name
+        raise SourceError(f"{first.path}: {len(twice)} name(s) given to more than one column ({', '.join(map(repr, twice))}); "
+                          "rename the columns so each name is one column's")
     for table in tables[1:]:
         _check_same_columns(first, table)
     image = choose_image(first.path, schema, image_column)
@@ -147,6 +151,13 @@ def _labels(per_table: list[tuple[TableFile, np.ndarray, np.ndarray, Any]],
             names: list[str] | None) -> tuple[list[str] | None, list[np.ndarray]]:
     """The classes and each table's labels: text numbered by sorted name; a ClassLabel's ids checked."""
     raws = [raw for *_, raw in per_table]
+    if raws and not isinstance(raws[0], list):  # whole numbers, null as -1: the index stores -1 and up
+        for table, rows, _, raw in per_table:
+            bad = np.flatnonzero(raw < -1)
+            if len(bad):
+                raise SourceError(f"{table.path}: row {rows[bad[0]]}: label {raw[bad[0]]} is out of the range a label "
+                                  "is stored in (-1 for none, or a class id 0..2**63-1); fix the label column, or "
+                                  "name another with --label-column")
     if raws and isinstance(raws[0], list):
         classes = sorted({v for raw in raws for v in raw if v is not None})
         number = {name: k for k, name in enumerate(classes)}
