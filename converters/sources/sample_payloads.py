@@ -7,6 +7,10 @@ uint8/uint16 array or PIL image given as a mask (a one-channel PNG: class ids ke
 other NumPy array in a file field (``.npy``, no pickle). A field of type "mask-rows" (what the
 writer makes of a mask unless ``mask_storage="file"``) stores its values' rows instead
 (converters.packing.mask_rows): an array's or PIL image's straight, a file's decoded first.
+
+Bounds come before the work: bytes, a path's file and an array's ``.npy`` are held to
+``max_file_size`` (an array's by its ``nbytes``, before ``np.save`` copies it), and an image or
+mask to encode to ``max_pixels`` (by its shape or size, before it is encoded).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ def to_payloads(checked: Checked, file_types: dict[str, str], quality: int | Non
                 max_pixels: int, max_file_size: int) -> Payloads:
     """Encode (or read) and check a sample's image and file fields; BadSample naming the field."""
     raw = checked.inputs["image"]
-    data = _bytes("image", "image", raw, quality, max_file_size)
+    data = _bytes("image", "image", raw, quality, max_file_size, max_pixels)
     try:
         header = check_image(data, decode=decode, max_pixels=max_pixels)
     except InvalidFile as exc:
@@ -57,7 +61,7 @@ def to_payloads(checked: Checked, file_types: dict[str, str], quality: int | Non
             payload, facts = _rows(name, value, header.width, header.height)
             out.files.append((payload, record_checksum(payload), facts))
             continue
-        payload = _bytes(name, kind, value, None, max_file_size)
+        payload = _bytes(name, kind, value, None, max_file_size, max_pixels)
         rel = f"{name}.jpg" if payload.startswith(JPEG_SOI) else f"{name}.npy" if kind == "npy" else f"{name}.png"
         try:
             facts = check_file(payload, rel, kind, header.width, header.height, max_pixels, decode)
@@ -69,9 +73,12 @@ def to_payloads(checked: Checked, file_types: dict[str, str], quality: int | Non
     return out
 
 
-def _bytes(name: str, kind: str, value: Any, quality: int | None, max_file_size: int) -> bytes:
-    """What a file field stores for ``value``: bytes as given, a path's bytes, or an encoding."""
+def _bytes(name: str, kind: str, value: Any, quality: int | None, max_file_size: int, max_pixels: int) -> bytes:
+    """What a file field stores for ``value``: bytes as given, a path's bytes, or an encoding; each
+    bounded (see the module's docstring) before it is read, copied or encoded."""
     if isinstance(value, bytes):
+        if len(value) > max_file_size:
+            raise BadSample(f"field {name!r} holds {len(value)} bytes, over the {max_file_size} limit (max_file_size)")
         return value
     if isinstance(value, PurePath):
         try:
@@ -81,9 +88,16 @@ def _bytes(name: str, kind: str, value: Any, quality: int | None, max_file_size:
     if kind == "npy":
         if value.dtype.hasobject:
             raise BadSample(f"field {name!r} is an array of Python objects; .npy fields hold numbers (no pickle)")
+        if value.nbytes > max_file_size:
+            raise BadSample(f"field {name!r} is a {value.dtype} array of shape {value.shape} ({value.nbytes} bytes), "
+                            f"over the {max_file_size} limit (max_file_size); store it in parts, or raise the limit")
         buffer = io.BytesIO()
         np.save(buffer, value, allow_pickle=False)
         return buffer.getvalue()
+    width, height = value.size if is_pil(value) else (value.shape[1], value.shape[0]) if value.ndim >= 2 else (0, 0)
+    if width * height > max_pixels:
+        raise BadSample(f"field {name!r} is {width}x{height}, {width * height} pixels, over the {max_pixels} limit "
+                        "(max_pixels; not encoded)")
     image = value if is_pil(value) else _from_array(name, kind, value)
     buffer = io.BytesIO()
     try:
