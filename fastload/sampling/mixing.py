@@ -25,6 +25,9 @@ from collections.abc import Sequence
 import numpy as np
 
 _MIX = 0x6D6978  # "mix": these streams are not epoch_order's for the same seed
+MAX_EPOCH_DRAWS = 2**31
+"""Most draws an epoch of a mix may hold beyond its sources' records: an epoch's order is held as
+int64 arrays (some 24 bytes a draw), so 2**31 draws already take 48 GB."""
 
 
 def source_counts(sizes: Sequence[int], *, weights: Sequence[float] | None = None,
@@ -68,7 +71,20 @@ def source_counts(sizes: Sequence[int], *, weights: Sequence[float] | None = Non
         if count and not size:
             raise ValueError(f"source {k} has no records but a share of {count} draws an epoch; "
                              "give it weight 0 or leave it out")
+    what = "epoch_length" if epoch_length is not None else given[0] if given else "the sources' sizes"
+    check_epoch_draws(sum(counts), sum(sizes), what)
     return counts
+
+
+def check_epoch_draws(draws: int, records: int, given: str) -> None:
+    """Refuse an epoch of no draws, or of more than MAX_EPOCH_DRAWS beyond the sources' ``records``
+    (``given``: what set the draws), before any order is made."""
+    if draws < 1:
+        raise ValueError(f"{given} makes an epoch of 0 draws; give every epoch at least one (a positive "
+                         "epoch_length, or a weight, count or repeat above 0)")
+    if draws > max(MAX_EPOCH_DRAWS, records):
+        raise ValueError(f"{given} makes an epoch of {draws} draws, over the {MAX_EPOCH_DRAWS} an epoch's order "
+                         f"can be held in memory for (its sources hold {records} records); draw fewer an epoch")
 
 
 def source_draws(size: int, count: int, *, seed: int, source: int, epoch: int,
@@ -94,6 +110,7 @@ class MixPlan:
             raise ValueError(f"{len(sizes)} sizes but {len(counts)} counts; give one count per source")
         self.sizes = [_whole(f"sizes[{k}]", n) for k, n in enumerate(sizes)]
         self.counts = [_whole(f"counts[{k}]", n) for k, n in enumerate(counts)]
+        check_epoch_draws(sum(self.counts), sum(self.sizes), "counts")
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes, dtype=np.int64)])
         self._streams: dict[tuple[int, bool], list[_Stream]] = {}
         self._last: tuple[tuple[int, int, bool], tuple[np.ndarray, np.ndarray]] | None = None

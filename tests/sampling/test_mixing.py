@@ -41,6 +41,10 @@ def test_the_other_ways_of_sizing_shares():
     ({"weights": [1, -1]}, r"weights\[1\]=-1"),
     ({"samples_per_epoch": [1, 2.5]}, r"samples_per_epoch\[1\]"),
     ({"repeat": [1, 1], "epoch_length": 5}, "epoch_length"),
+    ({"weights": [1, 1], "epoch_length": 0}, "epoch_length makes an epoch of 0 draws"),
+    ({"samples_per_epoch": [0, 0]}, "samples_per_epoch makes an epoch of 0 draws"),
+    ({"weights": [1, 1], "epoch_length": 10**13}, r"epoch_length makes an epoch of 10000000000000 draws, over the 2147483648"),
+    ({"repeat": [10**12, 1]}, r"repeat makes an epoch of 10000000000020 draws"),
 ])
 def test_bad_shares_are_refused_by_name(bad, match):
     with pytest.raises(ValueError, match=match):
