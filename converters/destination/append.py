@@ -18,6 +18,7 @@ The rules, each in one place here:
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import replace
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from fastload.converters.destination.append_held import held_records
 from fastload.converters.destination.out_dir import PackLock, inspect_out
 from fastload.converters.packing.plan import ShardPlan, plan_digest
 from fastload.converters.packing.report import PackReport, already_packed
@@ -51,6 +53,8 @@ from fastload.format.layout import (
 )
 from fastload.format.manifest import MAX_MANIFEST_BYTES
 from fastload.storage.location import is_remote
+
+_log = logging.getLogger(__name__)
 
 
 def mask_storage_of(manifest: Manifest, given: str | None) -> str:
@@ -226,11 +230,13 @@ def _version_facts(version: int, packed: dict[str, Any], records: int, shards: i
             "records": records, "shards": shards, "skipped": skipped}
 
 
-def pack_append(job: Any, out: Path) -> PackReport:
-    """Pack ``job`` (converters.packing.loop) as the next version of the dataset at ``out``."""
+def pack_append(job: Any, out: Path, allow_duplicates: bool = False) -> PackReport:
+    """Pack ``job`` (converters.packing.loop) as the next version of the dataset at ``out``; the
+    records the dataset holds already are left out and counted (converters.destination.append_held),
+    unless ``allow_duplicates``. What will be added is logged before anything is written."""
     with PackLock(out):
         base = AppendBase.open(out)  # under the lock: no other pack changes it from here on
-        if base.manifest.packed.get("plan") == plan_digest(job.plans):
+        if base.manifest.packed.get("plan") == plan_digest(job.plans) and not allow_duplicates:
             report = already_packed(out, base.manifest)  # this exact append finished: nothing to add
             report.version = base.manifest.version
             return report
@@ -238,9 +244,20 @@ def pack_append(job: Any, out: Path) -> PackReport:
         base.check(job.options["storage"], {**listing.fields, **listing.file_fields}, listing.classes,
                    [item.label for item in listing.items], all(listing.is_image(i) for i in listing.items),
                    listing.root)
+        held = [] if allow_duplicates else held_records(out, base.manifest, job)
+        if held:
+            job.leave_out(held)
+        if not listing.items:
+            report = already_packed(out, base.manifest)
+            report.held = len(held)
+            return report
+        _log.info("%s: appending %d record%s of %s as version %d%s", out, len(listing.items),
+                  "" if len(listing.items) == 1 else "s", listing.root, base.version,
+                  f"; {len(held)} more {'is' if len(held) == 1 else 'are'} held by the dataset already "
+                  "(same path and content), left out: --allow-duplicates appends them" if held else "")
         job.plans, job.base = base.renumber(job.plans), base
         report = job.pack_into(out)
-    report.out = out
+    report.out, report.held = out, len(held)
     return report
 
 

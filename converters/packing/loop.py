@@ -62,7 +62,8 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
          file_columns: list[str] | tuple[str, ...] = (), root: str | os.PathLike[str] | None = None,
          allow_outside_root: bool = False, sidecar_names: dict[str, str] | None = None,
          image_column: str | None = None, label_column: str | None = None,
-         columns: list[str] | tuple[str, ...] | None = None, mask_storage: MaskStorage | None = None) -> PackReport:
+         columns: list[str] | tuple[str, ...] | None = None, mask_storage: MaskStorage | None = None,
+         allow_duplicates: bool = False) -> PackReport:
     """Pack a folder, file list, tars or tables into a fastload dataset; see ``fastload pack --help``.
 
     Returns a PackReport (``already_packed`` when OUT holds this exact pack). Raises SourceError /
@@ -96,8 +97,14 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
     default: type "mask-rows", a crop decodes only its rows: fastload.format.mask_rows) or as the
     file given (``"file"``: type "mask", a PNG inflated whole for each crop); an append stores
     masks as the dataset does.
+
+    ``append`` leaves out the records the dataset holds already (the same path, and the same
+    bytes as they would be stored), counted in the report, unless ``allow_duplicates``.
     """
     started = time.perf_counter()
+    if allow_duplicates and not append:
+        raise ValueError("allow_duplicates=True is for append=True (--allow-duplicates with --append): "
+                         "a pack without append writes each listed record once")
     format, mask_storage = (storage_for_append(src, out, format, overwrite, mask_storage) if append  # type: ignore[assignment]
                             else (format or "lmdb", mask_storage or "rows"))
     table = {"image_column": image_column, "label_column": label_column,
@@ -140,7 +147,8 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
 
         report = pack_to_store(job, RemoteStore(str(out), storage_options), staging, overwrite)
     else:
-        report = pack_append(job, out_path) if append else _pack_local(job, out_path, overwrite)
+        report = (pack_append(job, out_path, allow_duplicates) if append
+                  else _pack_local(job, out_path, overwrite))
     report.elapsed_s = time.perf_counter() - started
     return report
 
@@ -173,6 +181,13 @@ def _job(listing: SourceListing, options: dict[str, Any], exts: tuple[str, ...],
     """The shard plan over ``listing``: what a re-run with the same source and options finds again."""
     # the field's type says how its masks are stored
     listing.file_fields = stored_file_types(listing.file_fields, options["mask_storage"])
+    # one rule for every source's field names (fastload.format.layout), whatever listed them
+    check_field_names(listing.root, [*listing.fields, *listing.file_fields], "a field of the source")
+    return _PackJob(listing, _plan(listing, options, exts), options, exts, progress, src_store)
+
+
+def _plan(listing: SourceListing, options: dict[str, Any], exts: tuple[str, ...]) -> list[ShardPlan]:
+    """``listing``'s items cut into shards, each named by a digest of what it stores and how."""
     # Read threads do not change what is written: a resume with other --workers keeps the shards.
     # How masks are stored shows in file_fields' types, so a pack without masks keeps its digest.
     content = {k: v for k, v in options.items() if k not in ("workers", "max_file_size", "mask_storage")}
@@ -180,17 +195,14 @@ def _job(listing: SourceListing, options: dict[str, Any], exts: tuple[str, ...],
         content["file_fields"] = dict(listing.file_fields)
     if listing.layout == "table":  # which column the payloads come from
         content["image_column"] = listing.reader.column
-    # one rule for every source's field names (fastload.format.layout), whatever listed them
-    check_field_names(listing.root, [*listing.fields, *listing.file_fields], "a field of the source")
     # every value the dataset stores is in the digest: "already packed" means all of them unchanged
     # (a label's class name, a field's type and values; absent: a pack without them keeps its digest)
     if listing.classes is not None:
         content["classes"] = list(listing.classes)
     if listing.fields:
         content["fields"] = dict(listing.fields)
-    plans = plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts},
-                        stored_values(listing.fields, listing.field_values, len(listing.items)))
-    return _PackJob(listing, plans, options, exts, progress, src_store)
+    return plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts},
+                       stored_values(listing.fields, listing.field_values, len(listing.items)))
 
 
 @dataclass
@@ -207,6 +219,16 @@ class _PackJob:
 
     def same_pack(self, manifest: Manifest) -> bool:
         return _same_pack(manifest, self.plans)
+
+    def leave_out(self, indices: list[int]) -> None:
+        """Leave the listing's items ``indices`` out (an append's records the dataset holds already),
+        and plan the shards of what is left."""
+        gone = set(indices)
+        keep = [k for k in range(len(self.listing.items)) if k not in gone]
+        self.listing.items = [self.listing.items[k] for k in keep]
+        self.listing.field_values = {name: [values[k] for k in keep]
+                                     for name, values in self.listing.field_values.items()}
+        self.plans = _plan(self.listing, self.options, self.exts)
 
     def pack_into(self, out: Path, on_shard: Callable[[Path], None] | None = None) -> PackReport:
         """Write the shards that are not finished yet, then the index and the manifest, into ``out``;

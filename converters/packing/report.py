@@ -38,12 +38,18 @@ class PackReport:
     """OUT already held this exact pack (same files, sizes, times and options): nothing was written."""
     version: int = 1
     """The dataset's version the pack made (or found): 1, and one more with each append."""
+    held: int = 0
+    """An append's records the dataset held already (same path and content): left out."""
 
     @property
     def mb_per_s(self) -> float:
         return self.total_bytes / 1e6 / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
     def summary(self) -> str:
+        if self.already_packed and self.held:
+            return (f"nothing to append: {self.out} holds all {self.held} records of the source already (same "
+                    f"path and content; version {self.version}, {self.num_records} records); pass "
+                    "--allow-duplicates to append them again")
         if self.already_packed:
             return (f"already packed: {self.out} holds this exact pack ({self.num_records} records, "
                     f"{_count(self.num_shards, 'shard')}, {self.skipped} skipped); nothing to do")
@@ -52,6 +58,9 @@ class PackReport:
                  if self.version == 1 else f"appended {self.num_records} records ({format_size(self.total_bytes)}) "
                  f"in {shards} to {self.out}, now version {self.version}",
                  f"skipped {self.skipped}", f"{self.elapsed_s:.1f}s", f"{self.mb_per_s:.0f} MB/s"]
+        if self.held:
+            parts.append(f"left out {self.held} records the dataset holds already (same path and content; "
+                         "--allow-duplicates appends them)")
         if self.resumed_shards:
             parts.append(f"resumed: kept {_count(self.resumed_shards, 'finished shard')}")
         if self.skipped_report:

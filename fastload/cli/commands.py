@@ -44,6 +44,8 @@ def pack_command(args: argparse.Namespace) -> int:
                           "would otherwise expand) or pass the folder that holds them")
     if args.ray is not None:
         return _pack_on_ray(args)
+    if args.append and not args.quiet:  # what an append will add, said before it adds it
+        _say_on_stderr("fastload.converters.destination.append")
     report = pack(args.src[0], args.out, format=args.format, shard_size=args.shard_size, workers=args.workers,
                   extensions=args.extensions, on_error=args.on_error, max_side=args.max_side,
                   quality=args.quality, overwrite=args.overwrite, append=args.append,
@@ -54,9 +56,24 @@ def pack_command(args: argparse.Namespace) -> int:
                   file_columns=[c for c in (args.file_columns or "").split(",") if c], root=args.root,
                   allow_outside_root=args.allow_outside_root, sidecar_names=args.sidecar_names,
                   image_column=args.image_column, label_column=args.label_column,
-                  columns=_names(args.columns), mask_storage=args.mask_storage)
+                  columns=_names(args.columns), mask_storage=args.mask_storage,
+                  allow_duplicates=args.allow_duplicates)
     print(report.summary())
     return 0
+
+
+def _say_on_stderr(logger: str) -> None:
+    """The library's INFO lines of ``logger`` written on stderr (whatever it is then), as they are logged."""
+    import logging
+
+    class Stderr(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            sys.stderr.write(record.getMessage() + "\n")
+
+    log = logging.getLogger(logger)
+    if not any(type(h).__name__ == "Stderr" for h in log.handlers):
+        log.addHandler(Stderr())
+    log.setLevel(logging.INFO)
 
 
 def _pack_on_ray(args: argparse.Namespace) -> int:
@@ -67,7 +84,8 @@ def _pack_on_ray(args: argparse.Namespace) -> int:
     require("ray", "fastload pack --ray (packing on a Ray cluster)")  # without Ray: an error naming the extra
 
     local_only = {"--max-side": args.max_side, "--quality": args.quality, "--restart-markers": args.restart_markers,
-                  "--append": args.append, "--sidecars": args.sidecars, "--sidecar-names": args.sidecar_names,
+                  "--append": args.append, "--allow-duplicates": args.allow_duplicates,
+                  "--sidecars": args.sidecars, "--sidecar-names": args.sidecar_names,
                   "--file-columns": args.file_columns, "--workers": args.workers, "--staging": args.staging}
     given = [flag for flag, value in local_only.items() if value]
     if given:

@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--append", action="store_true",
                    help="add SRC's records to the finished dataset at OUT as its next version: new shards and "
                         "index, its files never rewritten, readers opened before keep their version")
+    p.add_argument("--allow-duplicates", action="store_true",
+                   help="with --append: append SRC's records the dataset holds already (the same path and "
+                        "content) too; by default they are left out, and counted")
     p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="pack on a Ray cluster (the ray extra): at ADDRESS, 'auto' for the running one, or "
                         "with no ADDRESS a local Ray; the same records as a local pack (docs/ray.md)")

@@ -207,7 +207,9 @@ def test_an_append_stores_masks_as_the_dataset_does(tmp_path):
     seg_folder(tmp_path / "b", count=2)
     out = tmp_path / "seg.fl"
     pack(tmp_path / "a", out, sidecars=True, sidecar_names={"png": "mask"}, mask_storage="file", progress=False)
-    pack(tmp_path / "b", out, sidecars=True, sidecar_names={"png": "mask"}, append=True, progress=False)
+    # b's two samples are a's first two: appended again on purpose
+    pack(tmp_path / "b", out, sidecars=True, sidecar_names={"png": "mask"}, append=True, allow_duplicates=True,
+         progress=False)
     with fastload.Writer(out, append=True) as w:
         w.write({"image": make_jpeg(40, 30, seed=9), "txt": "written", "mask": np.full((30, 40), 7, np.uint8)})
     ds = fastload.PackedDataset(out)
@@ -216,3 +218,76 @@ def test_an_append_stores_masks_as_the_dataset_does(tmp_path):
     with pytest.raises(PackError, match="mask"):
         pack(tmp_path / "b", out, sidecars=True, sidecar_names={"png": "mask"}, append=True, mask_storage="rows",
              progress=False)
+
+
+# Issue 37, item 4: an append leaves out the records the dataset holds already (the same path and
+# content), says what it will add before adding it, and appends them again only when told to.
+
+def _folder(root: Path, count: int) -> Path:
+    write_tree(root, {f"c/{i:03d}.jpg": make_jpeg(16, 12, seed=i) for i in range(count)})
+    return root
+
+
+def test_appending_the_same_source_again_adds_nothing_whatever_the_shard_size(tmp_path, cli):
+    src, out = _folder(tmp_path / "src", 10), tmp_path / "ds.fl"
+    pack(src, out, shard_size="1KB", progress=False)
+    before = _records(fastload.PackedDataset(out))
+    result = cli("pack", src, "-o", out, "--append", "--shard-size", "4KB", "--quiet")
+    assert result.rc == 0, result.err
+    assert result.out.startswith(f"nothing to append: {out} holds all 10 records of the source already")
+    assert "--allow-duplicates" in result.out
+    ds = fastload.PackedDataset(out)
+    assert ds.manifest.version == 1 and _records(ds) == before
+
+
+def test_appending_a_folder_with_one_new_file_adds_that_file_alone_and_says_so_first(tmp_path, cli):
+    import logging
+
+    src, out = _folder(tmp_path / "src", 10), tmp_path / "ds.fl"
+    pack(src, out, progress=False)
+    write_tree(src, {"c/new.jpg": make_jpeg(16, 12, seed=99)})
+    said: list[tuple[str, int, int]] = []  # each line, and the dataset's version and shards then
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append((record.getMessage(), fastload.PackedDataset(out).manifest.version,
+                         len(list(out.glob("shard-*")))))
+
+    log = logging.getLogger("fastload.converters.destination.append")
+    seen = Seen()
+    log.addHandler(seen)
+    try:
+        result = cli("pack", src, "-o", out, "--append")
+    finally:
+        log.removeHandler(seen)
+    assert result.rc == 0, result.err
+    line = (f"{out}: appending 1 record of {src} as version 2; 10 more are held by the dataset already "
+            "(same path and content), left out: --allow-duplicates appends them")
+    assert said == [(line, 1, 1)]  # said while the dataset was version 1, before a shard was written
+    assert result.err == line + "\n"
+    assert "left out 10 records the dataset holds already" in result.out
+    ds = fastload.PackedDataset(out)
+    assert len(ds) == 11 and ds.record(10)["path"] == "c/new.jpg" and ds.manifest.version == 2
+
+
+def test_allow_duplicates_appends_held_records_again_and_only_with_append(tmp_path, cli):
+    src, out = _folder(tmp_path / "src", 3), tmp_path / "ds.fl"
+    pack(src, out, progress=False)
+    report = pack(src, out, append=True, allow_duplicates=True, progress=False)
+    assert report.version == 2 and report.num_records == 3 and report.held == 0
+    ds = fastload.PackedDataset(out)
+    assert len(ds) == 6 and _records(ds)[3:] == _records(ds)[:3]
+    with pytest.raises(ValueError, match="allow_duplicates=True is for append=True"):
+        pack(src, tmp_path / "other.fl", allow_duplicates=True, progress=False)
+    assert cli("pack", src, "-o", out, "--allow-duplicates", "--quiet").rc == 2
+
+
+def test_a_file_of_a_held_path_with_other_content_is_appended(tmp_path):
+    src, out = _folder(tmp_path / "src", 3), tmp_path / "ds.fl"
+    pack(src, out, progress=False)
+    write_tree(src, {"c/001.jpg": make_jpeg(16, 12, seed=50)})  # the same name, another image
+    report = pack(src, out, append=True, progress=False)
+    assert report.num_records == 1 and report.held == 2
+    ds = fastload.PackedDataset(out)
+    assert [r["path"] for r in _records(ds)] == ["c/000.jpg", "c/001.jpg", "c/002.jpg", "c/001.jpg"]
+    assert ds.record(3)["data"] == make_jpeg(16, 12, seed=50)
