@@ -9,13 +9,35 @@ go through fsspec.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal, Protocol
 
 ClientName = Literal["obstore", "fsspec"]
 CLIENT_NAMES = ("obstore", "fsspec")
 
 Get = tuple[str, int, int]  # (name under the store's root, start, end): bytes start..end-1
+
+MAX_LISTED = 10_000_000
+"""Most objects a listing holds: a store (or something posing as one) whose listing never ends
+would otherwise grow memory until the process dies; ten million names take some 2 GB."""
+
+
+class ListingTooLong(ValueError):
+    """A listing went on past MAX_LISTED objects; the client stopped reading it there."""
+
+    def __init__(self) -> None:
+        super().__init__(f"the listing goes on past {MAX_LISTED} objects (stopped there); name a narrower "
+                         "prefix, or the objects themselves (a brace list)")
+
+
+def bounded_listing(entries: Iterator[tuple[str, int, str]]) -> list[tuple[str, int, str]]:
+    """``entries`` as a list, stopped with ListingTooLong when they go past MAX_LISTED (read lazily,
+    a client's pages are read no further than that)."""
+    out = list(itertools.islice(entries, MAX_LISTED + 1))
+    if len(out) > MAX_LISTED:
+        raise ListingTooLong()
+    return out
 
 
 class Sink(Protocol):

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from fastload.errors import MissingDependencyError
 from fastload.optional import extra_hint
-from fastload.storage.client import Get, Sink
+from fastload.storage.client import Get, Sink, bounded_listing
 from fastload.storage.location import SCHEME_PACKAGES, join
 from fastload.storage.ranged_get import get_ranges
 
@@ -75,12 +75,11 @@ class FsspecClient:
 
     def list(self) -> list[tuple[str, int, str]]:
         base = self.path().rstrip("/")
-        out = []
-        for path, info in self.fs.find(base, detail=True).items():
-            if info.get("type") != "directory":
-                out.append((path[len(base):].lstrip("/") if path.startswith(base) else path,
-                            int(info.get("size") or 0), _etag(info)))
-        return out
+        # fsspec's find gathers every page before it returns: the bound is applied to what it found
+        found = self.fs.find(base, detail=True).items()
+        return bounded_listing((path[len(base):].lstrip("/") if path.startswith(base) else path,
+                                int(info.get("size") or 0), _etag(info))
+                               for path, info in found if info.get("type") != "directory")
 
     def put_file(self, local: str, name: str) -> None:
         # A deadline of its own: a PUT waits for "100 Continue" with no timeout in aiohttp, so a

@@ -28,7 +28,7 @@ from fastload.config import request_deadline, request_timeout
 from fastload.errors import MissingDependencyError
 from fastload.optional import extra_hint
 from fastload.storage.allocator import bound_malloc_arenas, give_back_freed_memory
-from fastload.storage.client import Get, Sink
+from fastload.storage.client import Get, Sink, bounded_listing
 from fastload.storage.obstore_config import builtin_error, first_line, s3_settings
 from fastload.storage.ranged_get import PIECE, deadline_exceeded, too_long
 
@@ -89,9 +89,9 @@ class ObstoreClient:
         return [None if isinstance(got, bytes) else got for got in self._get_all(gets, sinks)]
 
     def list(self) -> list[tuple[str, int, str]]:
-        def listing() -> list[tuple[str, int, str]]:
-            return [(str(meta["path"]), int(meta["size"]), str(meta.get("e_tag") or ""))
-                    for batch in self._obstore.list(self.store) for meta in batch]
+        def listing() -> list[tuple[str, int, str]]:  # its pages fetched as they are read: bounded
+            return bounded_listing((str(meta["path"]), int(meta["size"]), str(meta.get("e_tag") or ""))
+                                   for batch in self._obstore.list(self.store) for meta in batch)
         return self._call(listing)
 
     def put_file(self, local: str, name: str) -> None:

@@ -72,6 +72,21 @@ def test_reads_lists_writes_and_removes(store: RemoteStore) -> None:
         store.stat("sub/small")
 
 
+def test_a_listing_past_its_bound_stops_there_naming_the_prefix(store: RemoteStore,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listing that never ends (a hostile or broken store) is read up to MAX_LISTED and refused."""
+    import fastload.storage.client
+
+    for k in range(5):
+        store.put_bytes(f"part-{k}", b"x")
+    monkeypatch.setattr(fastload.storage.client, "MAX_LISTED", 6)
+    assert len(store.list_objects()) == 6  # at the bound: all of it
+    monkeypatch.setattr(fastload.storage.client, "MAX_LISTED", 5)
+    with pytest.raises(RemoteReadError, match=r"folder: ListingTooLong: the listing goes on past 5 objects "
+                                              r"\(stopped there\); name a narrower prefix"):
+        store.list_objects()
+
+
 def test_the_store_copies_an_object_itself(store: RemoteStore) -> None:
     """A server-side copy (a Ray pack's finalize adopts its parts' shards so): the same bytes at the
     target, and the source left as it was."""
