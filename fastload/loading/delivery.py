@@ -27,6 +27,9 @@ from fastload.loading.transfer import DeviceFeed, ImageLayout, Normalizer
 from fastload.samples.user_transforms import apply_batch_transform
 
 
+_WORKER_DIED = "DataLoader worker (pid"  # how torch's errors for a dead worker begin
+
+
 class LoaderIterator(_BaseDataLoaderIter):
     """One pass over a loader: torch's iterator (``inner``; None for the DALI tail) → optional
     prefetch thread → skip counts → device → the loop."""
@@ -45,6 +48,10 @@ class LoaderIterator(_BaseDataLoaderIter):
             self._batches = map(layout, self._batches)
         self._sizes = getattr(loader.dataset, "record_sizes", None)  # a PackedDataset's (or subset's)
         self._num_yielded = 0
+        # Kept as attributes, not looked up in the module at close: __del__ may run at interpreter
+        # exit, when this module's globals are already gone.
+        self._prefetcher = source if isinstance(source, ThreadPrefetcher) else None
+        self._worker_died: RuntimeError | None = None
 
     def __getattr__(self, name: str) -> Any:
         inner = self.__dict__.get("_inner")
@@ -59,6 +66,8 @@ class LoaderIterator(_BaseDataLoaderIter):
         return len(self._inner) if self._inner is not None else len(self._loader)
 
     def __next__(self) -> Any:
+        if self._worker_died is not None:  # its workers are stopped: there is no next batch
+            raise RuntimeError(f"{self._worker_died}; this iteration ended there: start a new one")
         started = time.perf_counter()
         try:
             batch = next(self._batches)
@@ -69,9 +78,15 @@ class LoaderIterator(_BaseDataLoaderIter):
         except (EOFError, ConnectionError) as exc:
             if not self._workers_died_named or str(exc).startswith("Caught "):
                 raise  # a worker's own exception of these types, re-raised by torch
-            raise RuntimeError(f"DataLoader worker exited unexpectedly while handing over a batch "
-                               f"({type(exc).__name__}: {exc or 'connection closed'}); it was killed "
-                               "(out of memory? see dmesg) or crashed") from exc
+            died = RuntimeError(f"DataLoader worker exited unexpectedly while handing over a batch "
+                                f"({type(exc).__name__}: {exc or 'connection closed'}); it was killed "
+                                "(out of memory? see dmesg) or crashed")
+            self._stop_workers(died)
+            raise died from exc
+        except RuntimeError as exc:
+            if self._workers_died_named and str(exc).startswith(_WORKER_DIED):
+                self._stop_workers(exc)
+            raise
         waited = time.perf_counter() - started
         skipped = self._skips.popleft()
         n = 0 if skipped and isinstance(batch, (list, tuple)) and not batch else batch_size_of(batch)
@@ -93,13 +108,39 @@ class LoaderIterator(_BaseDataLoaderIter):
         self._stats.record(n, nbytes, waited, skipped)
         return batch
 
+    def _stop_workers(self, died: RuntimeError) -> None:
+        """After a worker died: stop the others and take every worker's pid out of torch's SIGCHLD
+        handler, as torch's handler does for a loader it reports. Otherwise a later SIGCHLD (a late
+        one for this death, another worker killed) raises in the loop's process wherever it then
+        is, the user's own ``except`` block included."""
+        self._worker_died = died
+        loader, inner = self._loader, self.__dict__.get("_inner")
+        if inner is not None and loader.__dict__.get("_iterator") is inner:
+            loader._iterator = None  # persistent workers: the next pass starts new ones
+        self._shutdown_inner()
+
+    def _shutdown_inner(self) -> None:
+        # torch's own shutdown of its iterator (what its __del__ runs): stops the workers, removes
+        # their pids from the SIGCHLD handler, reaps them. It does nothing at interpreter exit.
+        # Persistent workers belong to the loader (its next pass), not to this pass.
+        inner = self.__dict__.get("_inner")
+        loader = self.__dict__.get("_loader")
+        if inner is None or (loader is not None and loader.__dict__.get("_iterator") is inner):
+            return
+        shutdown = getattr(inner, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+
     def _close(self) -> None:
-        source = self.__dict__.get("_source")
-        if isinstance(source, ThreadPrefetcher):
-            source.close()
+        prefetcher = self.__dict__.get("_prefetcher")
+        if prefetcher is not None:
+            prefetcher.close()
 
     def __del__(self) -> None:
+        # Dropped or collected mid-pass: its workers go now, as torch's iterator's do, even while
+        # something else (a kept exception's traceback) still holds torch's iterator.
         self._close()
+        self._shutdown_inner()
 
 
 class _NotingSkips:
