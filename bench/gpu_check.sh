@@ -12,6 +12,7 @@ OUT=${OUT:-/tmp/out}
 WHEELS=${WHEELS:-../.whl}
 PHOTOS=${PHOTOS:-6000}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-4}
+STEPS=${STEPS:-"tests bench"}  # any of: tests bench profile
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 log() { echo "== $(date +%T) $*"; }
@@ -38,21 +39,29 @@ RegionDecoder(torch.device("cuda", 0), 16)
 print("GPU decoder made")
 EOF
 
+if [[ " $STEPS " == *" tests "* ]]; then
 log "CUDA tests"
-timeout 150 python3 -m pytest -q -p no:cacheprovider -x -m gpu tests/backends/test_nvimgcodec.py tests/loading/test_gpu.py \
+timeout 120 python3 -m pytest -q -p no:cacheprovider -x -m gpu tests/backends/test_nvimgcodec.py tests/loading/test_gpu.py \
     2>&1 | tee "$OUT/gpu-tests.log" | tail -15
 timeout 60 python3 -m pytest -q -p no:cacheprovider tests/backends/test_crop_resample.py 2>&1 | tail -2
+fi
 
 log "photos and pack"
 python3 bench/make_example.py /tmp/photos --count "$PHOTOS" --classes 100 --overwrite | tail -1
 fastload pack /tmp/photos -o /tmp/photos.fl --overwrite --quiet 2>&1 | tail -2 || python3 -m fastload.cli pack /tmp/photos -o /tmp/photos.fl --overwrite 2>&1 | tail -2
 
-stamp="$(date +%F)-$(git rev-parse --short HEAD 2>/dev/null || cat COMMIT 2>/dev/null || echo tree)"
+stamp="$(date +%F)-$(cat COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo tree)"
+if [[ " $STEPS " == *" profile "* ]]; then
+log "profile: where a GPU-decoded batch's time goes"
+timeout 150 python3 bench/nvimgcodec_profile.py /tmp/photos.fl --batches 10 --json "$OUT/nvimgcodec-profile-$stamp.json" 2>&1 | grep -v "WARNING\|ROI decode with" | tail -12
+fi
+if [[ " $STEPS " == *" bench "* ]]; then
 log "bench: data and a ResNet-18-shaped step"
-timeout 200 python3 bench/gpu_bench.py /tmp/photos --packed /tmp/photos.fl --seconds "$SECONDS_PER_RUN" --repeats 1 \
+timeout 170 python3 bench/gpu_bench.py /tmp/photos --packed /tmp/photos.fl --seconds "$SECONDS_PER_RUN" --repeats 1 \
     --rows torch processes nvimgcodec --model small --json "$OUT/gpu-$stamp-small.json" 2>&1 | grep -v "^  fastload {" | tail -14
 log "bench: ResNet-50"
-timeout 120 python3 bench/gpu_bench.py /tmp/photos --packed /tmp/photos.fl --seconds "$SECONDS_PER_RUN" --repeats 1 \
+timeout 100 python3 bench/gpu_bench.py /tmp/photos --packed /tmp/photos.fl --seconds "$SECONDS_PER_RUN" --repeats 1 \
     --rows processes nvimgcodec --steps model --model resnet50 --json "$OUT/gpu-$stamp-resnet50.json" 2>&1 \
     | grep -v "^  fastload {" | tail -6
+fi
 log "done"

@@ -107,9 +107,10 @@ class NvImageCodecBackend:
         with self._decode_lock, torch.cuda.stream(self._stream):  # None (CPU): no stream
             out_h, out_w = self.dataset.pipeline.out_size
             images = torch.empty((len(batch.indices), 3, out_h, out_w), dtype=torch.uint8, device=self.device)
-            on_device = [k for k, payload in enumerate(batch.payloads) if decoder.takes(payload)]
+            parsed = [decoder.parse(payload) for payload in batch.payloads]
+            on_device = [k for k, code in enumerate(parsed) if code is not None]
             regions, crops = self._regions(batch, on_device)
-            decoded = decoder.decode([batch.payloads[k] for k in on_device], regions, self._stream) if on_device else []
+            decoded = decoder.decode([parsed[k] for k in on_device], regions, self._stream) if on_device else []
             kept = [j for j, pixels in enumerate(decoded) if pixels is not None]
             resample_into(images, [on_device[j] for j in kept], [decoded[j] for j in kept], [crops[j] for j in kept])
             taken = {on_device[j] for j in kept}

@@ -86,9 +86,13 @@ class RegionDecoder:
         device: a CUDA device (decode there: hardware engines or CUDA), or CPU (libjpeg-turbo
             inside nvImageCodec; the tests' and a GPU-less machine's path, not a fast one).
         threads: CPU threads nvImageCodec may use (Huffman decode of the hybrid path, CPU codecs).
+        options: nvImageCodec decoder options (``":fancy_upsampling=0"``; see its docs).
+        backends: on the GPU, the names of nvImageCodec's backends allowed, in its words
+            (``HW_GPU_ONLY``, ``GPU_ONLY``, ``HYBRID_CPU_GPU``, ``CPU_ONLY``); None allows all.
     """
 
-    def __init__(self, device: torch.device, threads: int) -> None:
+    def __init__(self, device: torch.device, threads: int, *, options: str = "",
+                 backends: Sequence[str] | None = None) -> None:
         codec, said = load()
         self.device = device
         self.gpu = device.type == "cuda"
@@ -96,11 +100,13 @@ class RegionDecoder:
             try:
                 with _native_output_to(said_now):  # its notes on threads and codecs, kept for errors
                     if self.gpu:
+                        allowed = None if backends is None else [codec.Backend(getattr(codec, b)) for b in backends]
                         self.decoder = codec.Decoder(device_id=device.index if device.index is not None else
-                                                     torch.cuda.current_device(), max_num_cpu_threads=threads)
+                                                     torch.cuda.current_device(), max_num_cpu_threads=threads,
+                                                     backends=allowed, options=options)
                     else:
                         self.decoder = codec.Decoder(device_id=codec.NVIMGCODEC_DEVICE_CPU_ONLY,
-                                                     max_num_cpu_threads=threads,
+                                                     max_num_cpu_threads=threads, options=options,
                                                      backends=[codec.Backend(codec.CPU_ONLY)])
             except RuntimeError as exc:
                 said_now.seek(0)
@@ -114,28 +120,27 @@ class RegionDecoder:
                                          sample_format=codec.I_RGB)
         self.codec = codec
 
-    def takes(self, payload: bytes) -> bool:
-        """Whether this decoder should decode ``payload``: a JPEG (not CMYK/YCCK, which the torch
-        backend converts with Pillow's rules); anything else goes through the CPU path."""
+    def parse(self, payload: bytes) -> Any:
+        """``payload``'s code stream when this decoder should decode it: a JPEG, not CMYK/YCCK
+        (which the torch backend converts with Pillow's rules); None sends it to the CPU path."""
         if payload[:3] != JPEG_MAGIC:
-            return False
+            return None
         try:
             stream = self.codec.CodeStream(payload)
         except Exception:  # noqa: BLE001 - a header it cannot parse: the CPU path names the error
-            return False
-        return stream.num_channels in (1, 3)
+            return None
+        return stream if stream.num_channels in (1, 3) else None
 
-    def decode(self, payloads: Sequence[bytes], regions: Sequence[Region],
+    def decode(self, streams: Sequence[Any], regions: Sequence[Region | None],
                stream: torch.cuda.Stream | None) -> list[torch.Tensor | None]:
-        """Each payload's region as an ``H×W×3`` uint8 tensor on this decoder's device (None where
-        nvImageCodec could not decode it). On the GPU the pixels are ready on ``stream``; the
-        tensors keep nvImageCodec's images alive until they are dropped."""
+        """Each parsed code stream's region (None: the whole image) as an ``H×W×3`` uint8 tensor on
+        this decoder's device, or None where nvImageCodec could not decode it. On the GPU the pixels
+        are ready on ``stream``; the tensors keep nvImageCodec's images alive until dropped."""
         codec = self.codec
-        streams = [codec.CodeStream(p).get_sub_code_stream(region=codec.Region(r.y0, r.x0, r.y1, r.x1))
-                   for p, r in zip(payloads, regions)]
-        images = self.decoder.decode(streams, params=self.params,
+        parts = [s if r is None else s.get_sub_code_stream(region=codec.Region(r.y0, r.x0, r.y1, r.x1))
+                 for s, r in zip(streams, regions)]
+        images = self.decoder.decode(parts, params=self.params,
                                      cuda_stream=stream.cuda_stream if stream is not None else 0)
         if self.gpu:
             return [None if im is None else torch.as_tensor(im, device=self.device) for im in images]
         return [None if im is None else torch.from_numpy(np.asarray(im)) for im in images]
-
