@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fastload.errors import ManifestError
+from fastload.errors import ManifestError, RemoteReadError
 from fastload.format.files import read_regular
 from fastload.format.layout import array_type, file_digest
 from fastload.format.manifest import IndexFile, Manifest
@@ -87,9 +87,11 @@ def load_column(dataset_dir: Path | str, name: str, entry: IndexFile, expected_l
         raise ValueError("load_column needs expected_len or max_len: every read is bounded")
     try:
         data = (read or local_files(Path(dataset_dir)))(entry.file, _NPY_HEADER_MAX + 8 * items)
+    except RemoteReadError:
+        raise  # the store's own error names the object and says what to do (a retry, not a re-pack)
     except OSError as exc:
         raise ManifestError(
-            f"{path}: index column {name!r} cannot be read ({exc.strerror}); re-pack the dataset"
+            f"{path}: index column {name!r} cannot be read ({exc.strerror or exc}); re-pack the dataset"
         ) from None
     if file_digest(data) != entry.digest:
         raise ManifestError(
