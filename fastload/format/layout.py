@@ -95,7 +95,7 @@ def array_type(dtype: str) -> tuple[str, int | None, tuple[int, ...]] | None:
     return element, None if first == "*" else int(first), tuple(int(d) for d in rest.split(",")[1:])
 
 
-def float64_problem(number: int | float, given: object = None) -> str | None:
+def float64_problem(number: float, given: object = None) -> str | None:
     """Why a float64 field cannot keep ``number`` as it was given (``given``: as written, a CSV
     cell's text say), or None: a NaN, an infinity or a number past float64's range, or a whole
     number float64 would round. A clause that follows ``field 'x' is ``; every way in (file lists,

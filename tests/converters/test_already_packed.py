@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from fastload.converters import pack
 
 import fastload
-from fastload.converters import pack
 from fastload.errors import PackError
 from tests.conftest import make_jpeg, write_tree
 

@@ -169,9 +169,9 @@ def test_every_way_in_refuses_a_field_that_shadows_a_records_key(tmp_path, way):
         with pytest.raises(SourceError, match=r"t\.parquet: field name 'checksum' \(a column.*\) is taken"):
             pack(src / "t.parquet", out, progress=False)
     elif way == "writer":
-        with pytest.raises(SourceError, match=r"sample 0 \(key '00000000'\): field name 'data' is taken"):
-            with fastload.Writer(out) as writer:
-                writer.write({"image": make_jpeg(20, 20), "data": b"\x00"})
+        with pytest.raises(SourceError, match=r"sample 0 \(key '00000000'\): field name 'data' is taken"), \
+                fastload.Writer(out) as writer:
+            writer.write({"image": make_jpeg(20, 20), "data": b"\x00"})
     elif way == "writer-fields":
         with pytest.raises(ValueError, match=r"fields=: field name 'height' is taken"):
             fastload.Writer(out, fields={"height": "int64"})

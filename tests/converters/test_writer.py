@@ -230,8 +230,8 @@ def _run_and_kill(out, watched) -> None:
 
 
 @pytest.mark.parametrize("values, message", [
-    ([0.5, 2**53 + 1], r"field 'x' is 9007199254740993, which float64 .* cannot hold exactly \(it would be "
-                       r"9007199254740992\)"),
+    ([0.5, 2**53 + 1], (r"field 'x' is 9007199254740993, which float64 .* cannot hold exactly \(it would be "
+                        r"9007199254740992\)")),
     ([0.5, float("nan")], r"field 'x' is nan, not a finite number"),
     ([[0.5], [1.0, 2**53 + 1]], r"field 'x' holds 9007199254740993, which float64"),
     ([[0.5], np.array([np.inf])], r"field 'x' holds inf, not a finite number"),
