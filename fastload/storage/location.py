@@ -29,6 +29,16 @@ def is_remote(location: str | os.PathLike[str]) -> bool:
     return scheme in REMOTE_SCHEMES
 
 
+def check_remote_url(url: str) -> str:
+    """``url`` itself when it names a bucket (or host) after its scheme; ValueError otherwise."""
+    parts = urlsplit(url)
+    if not parts.netloc:
+        scheme = scheme_of(url) or "s3"
+        raise ValueError(f"{url}: names no bucket after {scheme}://; write {scheme}://BUCKET/PREFIX "
+                         f"(for example {scheme}://my-bucket/images.fl)")
+    return url
+
+
 def local_path(location: str | os.PathLike[str]) -> str:
     """The local path of a plain path or a ``file://`` URL, absolute (a later chdir cannot move it)."""
     if scheme_of(location) == "file":

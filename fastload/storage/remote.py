@@ -13,7 +13,7 @@ from typing import Any
 
 from fastload.storage.client import ClientName, Get, Sink, StoreClient
 from fastload.storage.client_choice import make_client
-from fastload.storage.location import join, scheme_of
+from fastload.storage.location import check_remote_url, join, scheme_of
 from fastload.storage.retry import RetryPolicy, ShortRead, condition_failed, range_not_satisfiable
 
 MAX_IN_FLIGHT = 64
@@ -90,7 +90,7 @@ class RemoteStore:
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *,
                  retry: RetryPolicy = DEFAULT_RETRY, max_in_flight: int = MAX_IN_FLIGHT,
                  client: ClientName | None = None) -> None:
-        self.url = url.rstrip("/")
+        self.url = check_remote_url(url).rstrip("/")
         self.scheme = scheme_of(url)
         given = dict(storage_options or {})
         self.options = _merge(_s3_defaults(), given) if self.scheme in ("s3", "s3a") else given

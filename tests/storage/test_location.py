@@ -7,9 +7,11 @@ import os
 
 import pytest
 
+from tests.conftest import make_jpeg
+
 from fastload.errors import RemoteAccessDenied, RemoteNotFound, RemoteReadError
 from fastload.storage.location import is_remote, local_path, parse_storage_options, scheme_of
-from fastload.storage.remote import coalesce
+from fastload.storage.remote import RemoteStore, coalesce
 from fastload.storage.retry import RetryPolicy, ShortRead, is_transient
 
 
@@ -22,6 +24,18 @@ def test_urls_and_paths():
         is_remote("ftp://host/x")
     with pytest.raises(ValueError, match="not on host 'other'"):
         local_path("file://other/x")
+
+
+@pytest.mark.parametrize("url", ["s3://", "s3:///images.fl", "gs://"])
+def test_a_url_without_a_bucket_is_refused_saying_how_to_write_one(cli, tmp_path, url):
+    (tmp_path / "images" / "c0").mkdir(parents=True)
+    (tmp_path / "images" / "c0" / "a.jpg").write_bytes(make_jpeg(16, 16))
+    got = cli("pack", tmp_path / "images", "-o", url)
+    scheme = url.split(":")[0]
+    assert got.rc == 2 and f"{url}: names no bucket after {scheme}://; write {scheme}://BUCKET/PREFIX" in got.err
+    assert "IndexError" not in got.err
+    with pytest.raises(ValueError, match=f"^{url}: names no bucket"):
+        RemoteStore(url)
 
 
 def test_storage_options_parse_json_values_and_keep_strings():
