@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -17,7 +17,7 @@ from fastload.decode.images import MAX_PIXELS, pixel_limit
 from fastload.decode.pipeline import ImagePipeline, ThreadDecoder
 from fastload.format import Manifest, RecordIndex
 from fastload.readers import ShardReader
-from fastload.samples.fields import SampleFields
+from fastload.samples.fields import SampleFields, field_names
 from fastload.samples.reading import SampleReading
 from fastload.samples.user_transforms import SampleTransform
 from fastload.storage import node_cache
@@ -104,9 +104,10 @@ class PackedDataset(SampleReading, torch.utils.data.Dataset):
                  cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str = CACHE_LIMIT,
                  cache_policy: Literal["keep", "lru"] = "keep",
                  sample_transform: SampleTransform | None = None, decode: FileDecode = "bytes",
-                 fields: Sequence[str] | None = None, pad_fields: Mapping[str, float] | None = None,
+                 fields: Iterable[str] | None = None, pad_fields: Mapping[str, float] | None = None,
                  boxes: str | None = None, box_fields: Sequence[str] = (),
                  sample_as: Literal["dict", "tuple"] = "dict") -> None:
+        fields = None if fields is None else field_names(fields)  # read once: a generator too
         check_options(on_error=on_error, transform=transform, target_transform=target_transform,
                       image_size=image_size, sample_transform=sample_transform, decode=decode,
                       decode_threads=decode_threads, fields=fields, pad_fields=pad_fields, boxes=boxes,

@@ -10,7 +10,7 @@ image with its pixels: file fields of its size (masks, second images, depth maps
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,21 @@ from fastload.samples.file_fields import decode_file_field
 from fastload.format import Manifest, RecordIndex
 from fastload.format.layout import FILE_TYPES, array_type
 from fastload.decode.transforms import CropPlan, boxes_through_crop
+
+
+def field_names(fields: Iterable[str]) -> tuple[str, ...]:
+    """``fields=`` read once (a generator too) as a tuple of distinct names."""
+    if isinstance(fields, (str, bytes)):
+        raise TypeError(f"fields={fields!r}: pass a sequence of names, e.g. fields=({fields!r},)")
+    names = tuple(fields)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"fields={names!r}: {name!r} is not a field name (a str)")
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:
+        raise ValueError(f"fields={names!r}: {twice!r} is asked for {names.count(twice)} times; "
+                         "name each field once")
+    return names
 
 
 class SampleFields:
@@ -44,8 +59,7 @@ class SampleFields:
     def __init__(self, manifest: Manifest, index: RecordIndex, names: Sequence[str],
                  pad: Mapping[str, float] | None, boxes: str | None, box_fields: Sequence[str], *,
                  cropped: bool, where: str, as_tuple: bool = False, max_pixels: int) -> None:
-        if isinstance(names, str):
-            raise TypeError(f"fields={names!r}: pass a sequence of names, e.g. fields=({names!r},)")
+        names = field_names(names)
         self.types: dict[str, str] = {"image": "image", "label": "int64", **manifest.fields}
         unknown = [name for name in names if name not in self.types]
         if unknown or not names:

@@ -80,6 +80,18 @@ def test_field_arguments_are_checked(dataset):
     assert np.array_equal(fastload.PackedDataset(dataset).record(1)["boxes"], [[1, 0, 11, 20]])
 
 
+def test_fields_are_read_once_and_each_asked_for_once(dataset):
+    """A generator gives the same samples as the tuple of its names; a name twice is refused
+    (before, the dataset's fields listed it twice while samples, tuples and batches held it once)."""
+    ds = fastload.PackedDataset(dataset, fields=(name for name in ("label", "caption")), sample_as="tuple")
+    assert ds.fields == ("label", "caption") and ds[1] == (1, ds.record(1)["caption"])
+    for twice in (("image", "label", "label"), ["label", "label"]):
+        with pytest.raises(ValueError, match=r"'label' is asked for 2 times; name each field once"):
+            fastload.PackedDataset(dataset, fields=twice)
+    with pytest.raises(TypeError, match=r"3 is not a field name"):
+        fastload.PackedDataset(dataset, fields=("label", 3))
+
+
 def test_skipped_records_leave_dict_batches_counted_and_dali_refuses_fields(dataset, tmp_path):
     from tests.conftest import copy_dataset, flip_payload_byte
 
