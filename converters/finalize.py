@@ -88,7 +88,8 @@ def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[s
         packed={"source": str(listing.root), "layout": listing.layout,
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "fastload_version": __version__, "reencode": options["reencode"],
-                "check": options["check"], "extensions": list(exts), "shard_size": options["shard_size"],
+                "check": options["check"], "max_pixels": options.get("max_pixels"),
+                "extensions": list(exts), "shard_size": options["shard_size"],
                 "restart_markers": ({"kept_as_is": len(kept_as_is)} if options["restart_markers"]
                                     else None),
                 "skipped": len(skipped), "skipped_report": SKIPPED_REPORT_NAME if report_path else None,

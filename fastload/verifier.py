@@ -7,7 +7,6 @@ checked; a bad one is reported under its record, naming the field. The index col
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import Any
 from fastload.config import MAX_PIXELS
 from fastload.errors import FastloadError
 from fastload.decode.files import decode_npy
+from fastload.decode.images import decode_as_stored, pixel_limit
 from fastload.format import record_checksum
 from fastload.storage.packed import locate_packed, open_packed
 
@@ -62,6 +62,7 @@ def verify(path: str | os.PathLike[str], *, decode: bool = False,
     an object store is read from the store itself, never from the node cache."""
     opened = open_packed(locate_packed(path, storage_options))
     manifest, reader = opened.manifest, opened.reader
+    decode_limit = packed_bound(manifest) if decode else 0  # 0: checksums only
     report = VerifyReport(root=opened.location.root, num_records=manifest.num_records,
                           file_fields=tuple(opened.index.files))
     root = opened.location.root
@@ -86,10 +87,10 @@ def verify(path: str | os.PathLike[str], *, decode: bool = False,
         for indices, field in reads:
             previous, pending = pending, (indices, field, reader.start_reads(indices, field))
             if previous is not None:
-                _check_batch(report, reader, *previous, decode, progress, fields)
+                _check_batch(report, reader, *previous, decode_limit, progress, fields)
         if pending is not None:
             previous, pending = pending, None
-            _check_batch(report, reader, *previous, decode, progress, fields)
+            _check_batch(report, reader, *previous, decode_limit, progress, fields)
     finally:
         if pending is not None:  # a batch's check raised: the reads started after it are not wanted
             pending[2].cancel()
@@ -97,8 +98,18 @@ def verify(path: str | os.PathLike[str], *, decode: bool = False,
     return report
 
 
+def packed_bound(manifest: Any) -> int:
+    """The pixel limit the dataset was packed with (``--max-pixels``; MAX_PIXELS when the manifest
+    does not say): what its images were allowed, and so what ``--decode`` allows them."""
+    recorded = manifest.packed.get("max_pixels")
+    try:
+        return MAX_PIXELS if recorded is None else pixel_limit(recorded)
+    except (TypeError, ValueError):
+        return MAX_PIXELS
+
+
 def _check_batch(report: VerifyReport, reader, indices: list[int], field: str | None, reads: Any,
-                 decode: bool, progress: Callable[[int], None] | None, fields: tuple[str | None, ...]) -> None:
+                 decode: int, progress: Callable[[int], None] | None, fields: tuple[str | None, ...]) -> None:
     """Check one batch's payloads of ``field``; once its last field is checked, count the batch."""
     for i, data in zip(indices, _read_each(reader, indices, reads, report, field)):
         if data is not None:
@@ -124,7 +135,8 @@ def _read_each(reader, indices: list[int], reads: Any, report: VerifyReport,
         return out
 
 
-def _check_record(report: VerifyReport, reader, i: int, data: bytes, decode: bool, field: str | None) -> None:
+def _check_record(report: VerifyReport, reader, i: int, data: bytes, decode: int, field: str | None) -> None:
+    """``decode``: 0 to check the checksum only, else also decode, refusing images over ``decode`` pixels."""
     places = reader.places(field)
     if record_checksum(data) != int(places.checksum[i]):
         report.bad.append(_bad(reader, i, "checksum mismatch", field))
@@ -138,11 +150,9 @@ def _check_record(report: VerifyReport, reader, i: int, data: bytes, decode: boo
         elif kind == "mask-rows":
             from fastload.decode.masks import decode_mask_rows
 
-            decode_mask_rows(data, None, where="", max_pixels=MAX_PIXELS)
+            decode_mask_rows(data, None, where="", max_pixels=decode)
         else:
-            from PIL import Image
-
-            Image.open(io.BytesIO(data)).load()
+            decode_as_stored(data, max_pixels=decode)
     except Exception as exc:  # noqa: BLE001 - whatever the decoder raises, the payload is bad
         report.bad.append(_bad(reader, i, f"does not decode ({str(exc).lstrip(': ')})", field))
 

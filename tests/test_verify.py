@@ -130,3 +130,19 @@ def test_verify_refuses_what_is_not_a_dataset(tmp_path, damaged):
         verify(out)
     result = run_fastload("verify", out)
     assert result.returncode == 2 and "does not match the digest" in result.stderr
+
+
+def test_decode_honours_the_pixel_bound_the_dataset_was_packed_with(tmp_path):
+    """Over Pillow's own bomb limit (the default), under the pack's --max-pixels: the pack took it,
+    so verify --decode passes it; run in fresh processes, where nothing raised Pillow's limit."""
+    from PIL import Image
+
+    big = tmp_path / "src" / "c0" / "big.png"
+    big.parent.mkdir(parents=True)
+    Image.new("1", (13_400, 13_400)).save(big)  # 179.6 Mpx, 1 bit each: a small file, 180 MB decoded
+    out = tmp_path / "big.fl"
+    packed = run_fastload("pack", tmp_path / "src", "-o", out, "--max-pixels", "200000000")
+    assert packed.returncode == 0, packed.stderr
+    assert read_manifest(out).packed["max_pixels"] == 200_000_000
+    checked = run_fastload("verify", out, "--decode")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
