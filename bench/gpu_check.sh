@@ -53,7 +53,7 @@ fastload pack /tmp/photos -o /tmp/photos.fl --overwrite --quiet 2>&1 | tail -2 |
 stamp="$(date +%F)-$(cat COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo tree)"
 if [[ " $STEPS " == *" profile "* ]]; then
 log "profile: where a GPU-decoded batch's time goes"
-timeout 150 python3 bench/nvimgcodec_profile.py /tmp/photos.fl --batches 10 --json "$OUT/nvimgcodec-profile-$stamp.json" 2>&1 | grep -v "WARNING\|ROI decode with" | tail -12
+timeout 60 python3 bench/nvimgcodec_profile.py /tmp/photos.fl --batches 8 --variants "default, whole images" "hardware engines only, whole images" --json "$OUT/nvimgcodec-profile-$stamp.json" 2>&1 | grep -v "WARNING\|ROI decode with" | tail -12
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
 log "bench: data and a ResNet-18-shaped step"

@@ -28,6 +28,9 @@ class Crop:
         top, left: the box's corner (fractional for eval crops).
         height, width: the box's size.
         flip: mirror left to right.
+        rows, columns: the ``[start, end)`` the filter may read along each axis: the whole
+            region, or the box itself when it is cut out before the resize (train crops).
+            None: the whole region.
     """
 
     top: float
@@ -35,16 +38,19 @@ class Crop:
     height: float
     width: float
     flip: bool
+    rows: tuple[int, int] | None = None
+    columns: tuple[int, int] | None = None
 
 
-def pillow_weights(starts: torch.Tensor, extents: torch.Tensor, lengths: torch.Tensor, out_len: int,
-                   max_len: int) -> torch.Tensor:
+def pillow_weights(starts: torch.Tensor, extents: torch.Tensor, lows: torch.Tensor, highs: torch.Tensor,
+                   out_len: int, max_len: int) -> torch.Tensor:
     """``n × out_len × max_len`` float32: Pillow's bilinear (antialiased) weights, one matrix a row.
 
     Row ``j`` of image ``k`` weighs the source pixels that Pillow's ``resize(box=)`` reads for
-    output pixel ``j`` of the box ``[starts[k], starts[k] + extents[k])`` of a line of
-    ``lengths[k]`` pixels (Pillow's ``precompute_coeffs``: the filter widened by the downscale,
-    its window rounded and clamped to the line, the weights normalised).
+    output pixel ``j`` of the box ``[starts[k], starts[k] + extents[k])`` of a line whose pixels
+    ``[lows[k], highs[k])`` may be read (Pillow's ``precompute_coeffs``: the filter widened by the
+    downscale, its window rounded and clamped to the line, the weights normalised). With whole
+    ``lows`` the windows are those of Pillow cutting ``[lows, highs)`` out first.
     """
     device = starts.device
     scale = extents / out_len
@@ -52,8 +58,8 @@ def pillow_weights(starts: torch.Tensor, extents: torch.Tensor, lengths: torch.T
     center = starts[:, None] + (torch.arange(out_len, device=device, dtype=torch.float64) + 0.5) * scale[:, None]
     support = filterscale[:, None]  # the bilinear filter's support (1) widened by the downscale
     # The window's ends in double precision, as Pillow rounds them; the n × out × in grid in float32.
-    low = torch.trunc(center - support + 0.5).clamp(min=0).float()[..., None]
-    high = torch.minimum(torch.trunc(center + support + 0.5), lengths[:, None].to(torch.float64)).float()[..., None]
+    low = torch.maximum(torch.trunc(center - support + 0.5), lows[:, None]).float()[..., None]
+    high = torch.minimum(torch.trunc(center + support + 0.5), highs[:, None]).float()[..., None]
     pixel = torch.arange(max_len, device=device, dtype=torch.float32)
     weights = (1 - ((pixel - center.float()[..., None] + 0.5) / filterscale.float()[:, None, None]).abs()).clamp_(min=0)
     weights *= (pixel >= low) & (pixel < high)
@@ -88,10 +94,11 @@ def _resample_chunk(out: torch.Tensor, positions: list[int], regions: list[torch
     for k, region in enumerate(regions):
         padded[k, :region.shape[0], :region.shape[1]] = region
     # Now n × H × W × 3: each region at its top left, zeros around (weighted 0).
-    numbers = torch.tensor([[c.top, c.height, r.shape[0], c.left, c.width, r.shape[1]]
-                            for c, r in zip(crops, regions)], dtype=torch.float64).to(device)
-    rows = pillow_weights(numbers[:, 0], numbers[:, 1], numbers[:, 2], out_h, height).to(dtype)
-    columns = pillow_weights(numbers[:, 3], numbers[:, 4], numbers[:, 5], out_w, width)
+    numbers = torch.tensor([[c.top, c.height, *(c.rows or (0, r.shape[0])), c.left, c.width,
+                             *(c.columns or (0, r.shape[1]))] for c, r in zip(crops, regions)],
+                           dtype=torch.float64).to(device)
+    rows = pillow_weights(*numbers[:, 0:4].T, out_h, height).to(dtype)
+    columns = pillow_weights(*numbers[:, 4:8].T, out_w, width)
     flips = torch.tensor([c.flip for c in crops], device=device)
     columns = torch.where(flips[:, None, None], columns.flip(1), columns).to(dtype)
     tall = torch.bmm(rows, padded.view(len(regions), height, width * 3)).view(len(regions), out_h, width, 3)

@@ -38,6 +38,16 @@ DEPTH = 2
 """Batches read and planned ahead, and batches decoded ahead, of the loop."""
 
 
+class _Decoded(NamedTuple):
+    """One batch through nvImageCodec: what it decoded (None where it could not), not yet resampled."""
+
+    batch: PlannedBatch
+    on_device: list[int]  # the batch positions handed to nvImageCodec
+    pixels: list[torch.Tensor | None]  # H×W×3 uint8, on the device, in on_device's order
+    crops: list[Crop]
+    done: torch.cuda.Event | None  # recorded after the decode (GPU)
+
+
 class _Made(NamedTuple):
     """One decoded batch, before it is handed to the loop's stream."""
 
@@ -74,23 +84,29 @@ class NvImageCodecBackend:
         self._decoder: RegionDecoder | None = None
         self._decode_lock = threading.Lock()  # one batch at a time through the decoder
         self._cpu = ThreadDecoder(available_cpus())  # the records the GPU decoder does not take
-        self._stream: torch.cuda.Stream | None = None
+        self._streams: tuple[torch.cuda.Stream, torch.cuda.Stream] | None = None  # decode, resample
+        # The hardware JPEG engines decode whole images only, and faster than CUDA decodes regions
+        # (H200: 19 against 46 ms a batch of 256 photos); on the CPU only the box is decoded.
+        self.whole_images = self.gpu
 
     def batches(self, key_batches: Iterable[Sequence[Any]]) -> Iterator[tuple[torch.Tensor, Any]]:
         """``(images, labels)`` for each batch of sampler keys, in order, on the device.
 
-        An error (a damaged record) is raised when the loop reaches its batch, after the
-        batches before it; the iteration ends there.
+        Three threads overlap three batches: one reads and plans, one decodes (nvImageCodec), one
+        resamples and decodes what the GPU decoder did not take. An error (a damaged record) is
+        raised when the loop reaches its batch, after the batches before it; the iteration ends there.
         """
         decoder = self._ready_decoder()
         skip = self.dataset.on_error == "skip"
         planned = ThreadPrefetcher((read_and_plan(self.dataset, keys, skip=skip) for keys in key_batches), DEPTH)
-        made = ThreadPrefetcher((self._make(decoder, batch) for batch in planned), DEPTH)
+        decoded = ThreadPrefetcher((self._decode(decoder, batch) for batch in planned), DEPTH)
+        made = ThreadPrefetcher((self._finish(batch) for batch in decoded), DEPTH)
         try:
             for batch in made:
                 yield self._hand_over(batch)
         finally:
             made.close()
+            decoded.close()
             planned.close()
 
     def _ready_decoder(self) -> RegionDecoder:
@@ -98,22 +114,36 @@ class NvImageCodecBackend:
             if self.gpu and self.device.index is None:  # "cuda": the current device at the first epoch
                 self.device = torch.device("cuda", torch.cuda.current_device())
             self._decoder = RegionDecoder(self.device, available_cpus())
-            self._stream = torch.cuda.Stream(self.device) if self.gpu else None
+            if self.gpu:
+                self._streams = (torch.cuda.Stream(self.device), torch.cuda.Stream(self.device))
         return self._decoder
 
-    # --- one batch: decode on the device, the rest on the CPU, resample -------------------------
+    # --- one batch: decode on the device, then resample it and decode the rest on the CPU -------
 
-    def _make(self, decoder: RegionDecoder, batch: PlannedBatch) -> _Made:
-        with self._decode_lock, torch.cuda.stream(self._stream):  # None (CPU): no stream
-            out_h, out_w = self.dataset.pipeline.out_size
-            images = torch.empty((len(batch.indices), 3, out_h, out_w), dtype=torch.uint8, device=self.device)
+    def _decode(self, decoder: RegionDecoder, batch: PlannedBatch) -> _Decoded:
+        decode_stream = self._streams[0] if self.gpu else None
+        with self._decode_lock, torch.cuda.stream(decode_stream):  # None (CPU): no stream
             parsed = [decoder.parse(payload) for payload in batch.payloads]
             on_device = [k for k, code in enumerate(parsed) if code is not None]
-            regions, crops = self._regions(batch, on_device)
-            decoded = decoder.decode([parsed[k] for k in on_device], regions, self._stream) if on_device else []
-            kept = [j for j, pixels in enumerate(decoded) if pixels is not None]
-            resample_into(images, [on_device[j] for j in kept], [decoded[j] for j in kept], [crops[j] for j in kept])
-            taken = {on_device[j] for j in kept}
+            regions, crops = self._crops(batch, on_device)
+            pixels = decoder.decode([parsed[k] for k in on_device], regions, decode_stream) if on_device else []
+            done = torch.cuda.Event() if decode_stream is not None else None
+            if done is not None:
+                done.record(decode_stream)
+        return _Decoded(batch, on_device, pixels, crops, done)
+
+    def _finish(self, decoded: _Decoded) -> _Made:
+        batch = decoded.batch
+        resample_stream = self._streams[1] if self.gpu else None
+        with torch.cuda.stream(resample_stream):
+            if decoded.done is not None and resample_stream is not None:
+                resample_stream.wait_event(decoded.done)
+            out_h, out_w = self.dataset.pipeline.out_size
+            images = torch.empty((len(batch.indices), 3, out_h, out_w), dtype=torch.uint8, device=self.device)
+            kept = [j for j, pixels in enumerate(decoded.pixels) if pixels is not None]
+            resample_into(images, [decoded.on_device[j] for j in kept], [decoded.pixels[j] for j in kept],
+                          [decoded.crops[j] for j in kept])
+            taken = {decoded.on_device[j] for j in kept}
             failed = self._decode_on_cpu(batch, [k for k in range(len(batch.indices)) if k not in taken], images)
             if failed:
                 keep = [k for k in range(len(batch.indices)) if k not in failed]
@@ -122,21 +152,30 @@ class NvImageCodecBackend:
             labels = map_tensors(labels, lambda t: t.to(self.device, non_blocking=True))
             if self.normalizer is not None:
                 images = self.normalizer((images,))[0]
-            if self._stream is not None:
+            if resample_stream is not None:
                 # nvImageCodec's images (in ``decoded``) are freed when this returns: finish with them.
-                self._stream.synchronize()
+                resample_stream.synchronize()
         errors = {batch.indices[k]: exc for k, exc in failed.items()} | batch.failed
         skipped = len(failed) + len(batch.failed)
         if skipped:
             self.dataset._count_skips(errors, skipped)
         return _Made(images, labels, skipped)
 
-    def _regions(self, batch: PlannedBatch, ks: list[int]) -> tuple[list[Region], list[Crop]]:
-        """What to decode of each record ``ks`` (its crop's box, grown by the resize filter's
-        reach unless the crop is cut out first), and where the box is in that region."""
-        regions, crops = [], []
+    def _crops(self, batch: PlannedBatch, ks: list[int]) -> tuple[list[Region | None], list[Crop]]:
+        """What to decode of each record ``ks`` (the whole image, or the box grown by the resize
+        filter's reach unless the crop is cut out first), and where its crop's box is in that."""
+        regions: list[Region | None] = []
+        crops = []
         for k in ks:
             plan, (width, height) = batch.plans[k], batch.sizes[k]
+            if self.whole_images:
+                left, top, box_w, box_h = plan.box
+                cut_out = plan.crop_first  # train crops: the filter reads the box alone
+                regions.append(None)
+                crops.append(Crop(top=top, left=left, height=box_h, width=box_w, flip=plan.flip,
+                                  rows=(int(top), int(top + box_h)) if cut_out else None,
+                                  columns=(int(left), int(left + box_w)) if cut_out else None))
+                continue
             cut = window(plan, width, height)
             (x0, y0), (w, h) = cut.anchor, cut.shape
             regions.append(Region(x0, y0, x0 + w, y0 + h))
@@ -170,8 +209,8 @@ class NvImageCodecBackend:
 
     def _hand_over(self, made: _Made) -> tuple[torch.Tensor, Any]:
         batch: Any = (made.images, made.labels)
-        if self._stream is not None:
-            batch = ready_on_loop_stream(batch, self._stream)
+        if self._streams is not None:
+            batch = ready_on_loop_stream(batch, self._streams[1])
         if made.skipped:
             batch = with_skips(batch, made.skipped)
         return batch

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-from fastload.decode.images import check_pixels
+from fastload.decode.images import check_pixels, over_limit
 from fastload.decode.transforms import CropPlan
 from fastload.errors import CorruptRecordError
 
@@ -59,12 +59,15 @@ def read_and_plan(dataset: Any, keys: Sequence[Any], *, skip: bool = False) -> P
     for k, key in enumerate(parsed):
         if payloads[k] is None:
             continue
-        where = dataset.reader.where(key[0])
+        # A record is named only for an error (or to read a size the index lacks): a batch plans
+        # hundreds, and the name is a formatted string.
+        where = dataset.reader.where(key[0]) if widths[k] < 0 else ""
         try:
             plan, width, height = dataset.pipeline.plan_record(
                 payloads[k], key, int(widths[k]), int(heights[k]), where=where, max_pixels=dataset.max_pixels)
             # what decode refuses before decoding a pixel (a size from the index is unchecked so far)
-            check_pixels(width, height, where=where, max_pixels=dataset.max_pixels)
+            if width < 1 or height < 1 or over_limit(width, height, dataset.max_pixels) is not None:
+                check_pixels(width, height, where=dataset.reader.where(key[0]), max_pixels=dataset.max_pixels)
         except CorruptRecordError as exc:
             if not skip:
                 raise

@@ -283,3 +283,14 @@ def test_nothing_is_printed_by_the_codec_library(packed):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "shape (4, 3, 16, 16)" and done.stderr.strip() == ""
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_whole_image_decode_crops_as_region_decode_does(packed, train):
+    """The GPU decodes whole images (its hardware engines take no regions) and crops in the
+    resampler: run here on the CPU codecs, the same crops within rounding, train crops' edges
+    filtered with the box's own pixels alone."""
+    loader = make(packed["lmdb"], "nvimgcodec", train=train, seed=3)
+    loader._tail.whole_images = True
+    ids, got, _ = run(loader)
+    assert_close(got, pixels_of_plans(loader, ids, 0, 3), FULL_SCALE_TOLERANCE["cpu"])
