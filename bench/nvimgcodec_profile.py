@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 import fastload
-from fastload.backends.crop_resample import Crop, resample_into
+from fastload.backends.crop_resample import resample_into
 from fastload.backends.nvimgcodec import NvImageCodecBackend
 from fastload.backends.nvimgcodec_decoder import RegionDecoder
 from fastload.backends.planned import read_and_plan
@@ -75,11 +75,8 @@ def main(argv: list[str] | None = None) -> None:
             clock = time.perf_counter()
             parsed = [decoder.parse(p) for p in batch.payloads]
             ks = [k for k, c in enumerate(parsed) if c is not None]
-            regions, crops = tail._regions(batch, ks)
-            if not regions_only:
-                regions = [None] * len(ks)
-                crops = [Crop(top=plan.box[1], left=plan.box[0], height=plan.box[3], width=plan.box[2], flip=plan.flip)
-                         for plan in (batch.plans[k] for k in ks)]
+            tail.whole_images = not regions_only
+            regions, crops = tail._crops(batch, ks)
             t_parse = time.perf_counter() - clock
             clock = time.perf_counter()
             with torch.cuda.stream(stream):
