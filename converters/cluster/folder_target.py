@@ -75,7 +75,7 @@ class FolderTarget:
                     self._lock.path = self.out / self._lock.path.name
                 self.give_up()
                 remove_dataset(self.folder, self.old)  # the old dataset, now at the staging name
-                report.out = self.out
+                report.moved_to(self.out)
         finally:
             self.give_up()
         return report

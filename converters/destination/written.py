@@ -139,7 +139,7 @@ class WrittenOut:
             self._release()
             remove_dataset(self.folder, self.old)  # the old dataset, now at the staging name
         self._release()
-        report.out = self.out  # type: ignore[assignment]
+        report.moved_to(self.out)  # type: ignore[arg-type]
         return report
 
     def give_up(self) -> None:

@@ -270,6 +270,8 @@ def pack_listing(listing: SourceListing, options: dict[str, Any], exts: tuple[st
 
 def _pack_local(job: _PackJob | DatasetPackJob, out_path: Path, overwrite: bool) -> PackReport:
     folder = _check_replaceable(inspect_out(out_path), job, overwrite)
+    if folder.state == "dataset" and folder.manifest is not None and job.same_pack(folder.manifest):
+        return already_packed(out_path, folder.manifest)  # only read: OUT may be read-only media
     if folder.state == "new":
         prepare_out(out_path)
     with PackLock(out_path) as out_lock:
@@ -289,7 +291,7 @@ def _pack_local(job: _PackJob | DatasetPackJob, out_path: Path, overwrite: bool)
                 swap_in(staging, out_path)
                 new_lock.path, out_lock.path = out_lock.path, new_lock.path  # each went with its folder
             remove_dataset(staging, folder.manifest)  # the old dataset, now at the staging name
-    report.out = out_path
+    report.moved_to(out_path)
     return report
 
 

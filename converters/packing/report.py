@@ -41,6 +41,15 @@ class PackReport:
     held: int = 0
     """An append's records the dataset held already (same path and content): left out."""
 
+    def moved_to(self, out: Path) -> None:
+        """The dataset packed at ``self.out`` (a staging folder) is now ``out``: its paths follow it."""
+        if isinstance(self.skipped_report, Path) and isinstance(self.out, Path):
+            try:
+                self.skipped_report = Path(out) / self.skipped_report.relative_to(self.out)
+            except ValueError:
+                pass  # written elsewhere: it stays where it is
+        self.out = out
+
     @property
     def mb_per_s(self) -> float:
         return self.total_bytes / 1e6 / self.elapsed_s if self.elapsed_s > 0 else 0.0

@@ -14,7 +14,7 @@ from fastload import PackedDataset
 from fastload.errors import PackError, SourceError
 from fastload.format import read_manifest
 from fastload.verifier import verify
-from tests.conftest import imagefolder_files, make_jpeg, write_tree
+from tests.conftest import imagefolder_files, make_jpeg, run_unprivileged, write_tree
 
 
 @pytest.fixture
@@ -196,3 +196,26 @@ def test_links_planted_at_shard_and_index_names_are_replaced_not_followed(tmp_pa
     pack(src, out, progress=False)
     assert victim.read_bytes() == b"precious"
     assert verify(out).ok and not any(p.is_symlink() for p in out.rglob("*"))
+
+
+def test_an_identical_rerun_onto_read_only_media_is_already_packed(world_tmp):
+    """Said before any lock is taken: a lock file cannot be made on read-only media."""
+    src, out = world_tmp / "src", world_tmp / "out"
+    write_tree(src, imagefolder_files({"a": 3}))
+    pack(src, out, progress=False)
+    for path in [out, *out.rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    before = tree(out)
+    result = run_unprivileged(["pack", src, "-o", out])
+    assert result.rc == 0 and "already packed" in result.out + result.err, result.out + result.err
+    assert tree(out) == before
+
+
+def test_overwrites_summary_names_the_skipped_report_where_it_now_is(tmp_path, src, cli):
+    out = tmp_path / "out"
+    assert cli("pack", src, "-o", out).rc == 0
+    write_tree(src, {"b/zz-broken.jpg": b"not a jpeg"})
+    result = cli("pack", src, "-o", out, "--overwrite", "--on-error", "skip")
+    assert result.rc == 0, result.err
+    assert f"skipped files listed in {out / 'skipped.jsonl'}" in result.out + result.err
+    assert (out / "skipped.jsonl").is_file() and "fastload-new" not in result.out + result.err
