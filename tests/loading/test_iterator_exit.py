@@ -14,7 +14,6 @@ import pytest
 import torch
 
 import fastload
-
 from tests.conftest import REPO
 
 from .helpers import Numbers

@@ -15,7 +15,6 @@ import sys
 import torch
 
 import fastload
-
 from tests.loading.helpers import Numbers
 
 

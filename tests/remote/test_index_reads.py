@@ -5,9 +5,9 @@ on every try on the wire) is an error naming the column's object and what to do,
 from __future__ import annotations
 
 import pytest
+from fastload.converters import pack
 
 from fastload import PackedDataset
-from fastload.converters import pack
 from fastload.errors import ManifestError, RemoteReadError
 from fastload.storage.remote import RemoteStore
 from tests.conftest import make_jpeg

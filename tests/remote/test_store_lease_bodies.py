@@ -8,8 +8,8 @@ import json
 import time
 
 import pytest
-
 from fastload.converters import pack
+
 from fastload.errors import PackError
 from fastload.format.layout import STORE_LEASE_NAME
 from fastload.storage.remote import RemoteStore
