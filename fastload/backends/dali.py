@@ -52,11 +52,13 @@ class DaliBackend:
         mean, std: normalise to float32 inside DALI (0–1 scale per channel).
         batch_size: the loader's, so the pipeline is built for it (None: found from the batches).
         collate_fn, batched: the loader's; DALI builds whole batches itself.
+        num_workers, prefetch_factor: the loader's; DALI runs its own threads, so they are unused.
     """
 
     def __init__(self, dataset: Any, *, batch_size: int | None, device: torch.device | None,
                  mean: Sequence[float] | None, std: Sequence[float] | None,
-                 collate_fn: Any = None, batched: bool = True) -> None:
+                 collate_fn: Any = None, batched: bool = True, num_workers: int = 0,
+                 prefetch_factor: int | None = None) -> None:
         check_dataset(dataset, "dali", skip_ok=False)
         check_batching("dali", collate_fn, batched)
         require("nvidia.dali", PURPOSE)

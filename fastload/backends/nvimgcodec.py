@@ -11,12 +11,14 @@ record, into the same batch; a record no one can decode raises (or is skipped) a
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import torch
 
 from fastload.backends.crop_resample import Crop, resample_into
+from fastload.backends.decode_split import CpuParts, DecodeSplit
 from fastload.backends.dali_pipeline import window
 from fastload.backends.nvimgcodec_decoder import Region, RegionDecoder
 from fastload.backends.planned import (
@@ -32,7 +34,7 @@ from fastload.decode.pipeline import ThreadDecoder
 from fastload.errors import CorruptRecordError
 from fastload.loading.prefetch import ThreadPrefetcher
 from fastload.loading.transfer import Normalizer, map_tensors, ready_on_loop_stream
-from fastload.samples.collate import with_skips
+from fastload.samples.collate import skipped_in, with_skips
 
 DEPTH = 2
 """Batches read and planned ahead, and batches decoded ahead, of the loop."""
@@ -70,11 +72,15 @@ class NvImageCodecBackend:
             tests and machines without a GPU; ``backend="torch"`` is the fast CPU path).
         mean, std: normalise to float32 on the device (as fastload's Normalizer).
         batch_size, collate_fn, batched: the loader's; this tail builds whole batches itself.
+        num_workers, prefetch_factor: the loader's worker processes, if any, decode a share of
+            each batch on the CPU while the GPU decodes the rest (:mod:`fastload.backends.decode_split`);
+            0 decodes every batch on the GPU.
     """
 
     def __init__(self, dataset: Any, *, batch_size: int | None, device: torch.device | None,
                  mean: Sequence[float] | None, std: Sequence[float] | None,
-                 collate_fn: Any = None, batched: bool = True) -> None:
+                 collate_fn: Any = None, batched: bool = True, num_workers: int = 0,
+                 prefetch_factor: int | None = None) -> None:
         check_dataset(dataset, "nvimgcodec", skip_ok=True)
         check_batching("nvimgcodec", collate_fn, batched)
         self.dataset = dataset
@@ -88,6 +94,14 @@ class NvImageCodecBackend:
         # The hardware JPEG engines decode whole images only, and faster than CUDA decodes regions
         # (H200: 19 against 46 ms a batch of 256 photos); on the CPU only the box is decoded.
         self.whole_images = self.gpu
+        # Worker processes decode a share of each batch (labels joined as int64 tensors: not with
+        # a target_transform, whose labels may be anything).
+        self._workers = num_workers if dataset.target_transform is None else 0
+        self._prefetch_factor = prefetch_factor
+        self._cpu_parts = CpuParts()
+        self._cpu_loader: torch.utils.data.DataLoader | None = None
+        self.cpu_share = 0.5 if self._workers else 0.0
+        """The share of each batch the CPU decodes now (it adapts; the last epoch's carries on)."""
 
     def batches(self, key_batches: Iterable[Sequence[Any]]) -> Iterator[tuple[torch.Tensor, Any]]:
         """``(images, labels)`` for each batch of sampler keys, in order, on the device.
@@ -98,16 +112,49 @@ class NvImageCodecBackend:
         """
         decoder = self._ready_decoder()
         skip = self.dataset.on_error == "skip"
-        planned = ThreadPrefetcher((read_and_plan(self.dataset, keys, skip=skip) for keys in key_batches), DEPTH)
+        split = DecodeSplit(key_batches, self.cpu_share) if self._workers else None
+        gpu_parts = split.parts("gpu") if split is not None else key_batches
+        planned = ThreadPrefetcher((read_and_plan(self.dataset, keys, skip=skip) for keys in gpu_parts), DEPTH)
         decoded = ThreadPrefetcher((self._decode(decoder, batch) for batch in planned), DEPTH)
         made = ThreadPrefetcher((self._finish(batch) for batch in decoded), DEPTH)
         try:
-            for batch in made:
-                yield self._hand_over(batch)
+            if split is None:
+                for batch in made:
+                    yield self._hand_over(batch)
+            else:
+                yield from self._joined(split, made)
         finally:
             made.close()
             decoded.close()
             planned.close()
+
+    def _joined(self, split: DecodeSplit, made: Iterator[_Made]) -> Iterator[tuple[torch.Tensor, Any]]:
+        """Each batch's CPU part (worker processes) and GPU part, joined in the sampler's order;
+        the share moves toward the side that kept the loop waiting less."""
+        self._cpu_parts.split = split
+        cpu_parts = iter(self._cpu_side())
+        b = 0
+        while (cut := split.cut(b)) is not None:
+            started = time.perf_counter()
+            cpu_part = next(cpu_parts) if cut.cpu else None
+            between = time.perf_counter()
+            gpu_part = next(made) if cut.gpu else None
+            split.adapt(between - started, time.perf_counter() - between)
+            self.cpu_share = split.share
+            split.release(b)
+            b += 1
+            yield self._hand_over(gpu_part, cpu_part)
+
+    def _cpu_side(self) -> torch.utils.data.DataLoader:
+        """torch's loader over the CPU parts: the worker processes persist across epochs."""
+        if self._cpu_loader is None:
+            from fastload.loading.loader_arguments import collate_for
+
+            self._cpu_loader = torch.utils.data.DataLoader(
+                self.dataset, batch_sampler=self._cpu_parts, num_workers=self._workers,
+                collate_fn=collate_for(self.dataset, None, True), pin_memory=self.gpu,
+                persistent_workers=True, prefetch_factor=self._prefetch_factor)
+        return self._cpu_loader
 
     def _ready_decoder(self) -> RegionDecoder:
         if self._decoder is None:
@@ -150,8 +197,6 @@ class NvImageCodecBackend:
                 images = images[torch.tensor(keep, device=self.device)]
             labels = batch_labels(self.dataset, [i for k, i in enumerate(batch.indices) if k not in failed])
             labels = map_tensors(labels, lambda t: t.to(self.device, non_blocking=True))
-            if self.normalizer is not None:
-                images = self.normalizer((images,))[0]
             if resample_stream is not None:
                 # nvImageCodec's images (in ``decoded``) are freed when this returns: finish with them.
                 resample_stream.synchronize()
@@ -207,11 +252,26 @@ class NvImageCodecBackend:
         images[slots] = host.permute(0, 3, 1, 2).to(self.device)
         return failed
 
-    def _hand_over(self, made: _Made) -> tuple[torch.Tensor, Any]:
-        batch: Any = (made.images, made.labels)
-        if self._streams is not None:
-            batch = ready_on_loop_stream(batch, self._streams[1])
-        if made.skipped:
-            batch = with_skips(batch, made.skipped)
-        return batch
-
+    def _hand_over(self, made: _Made | None, cpu_part: Any = None) -> tuple[torch.Tensor, Any]:
+        """The batch on the loop's stream: the GPU part, after the CPU part if there is one,
+        normalised; with the count of records ``on_error="skip"`` left out."""
+        parts: list[tuple[torch.Tensor, torch.Tensor]] = []
+        skipped = 0
+        if cpu_part is not None:
+            skipped += skipped_in(cpu_part) or 0
+            parts.append((cpu_part[0].to(self.device, non_blocking=True),
+                          cpu_part[1].to(self.device, non_blocking=True)))
+        if made is not None:
+            skipped += made.skipped
+            gpu_part = (made.images, made.labels)
+            if self._streams is not None:
+                gpu_part = ready_on_loop_stream(gpu_part, self._streams[1])
+            parts.append(gpu_part)
+        if len(parts) == 1:
+            images, labels = parts[0]
+        else:
+            images, labels = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        if self.normalizer is not None:
+            images = self.normalizer((images,))[0]
+        batch: Any = (images, labels)
+        return with_skips(batch, skipped) if skipped else batch

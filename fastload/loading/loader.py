@@ -134,7 +134,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         # A tail of our own replaces torch's iterator; the sampler, len() and state stay the loader's.
         self._tail = None if tail is None else tail(
             dataset, batch_size=self.batch_size, device=self._device, mean=mean, std=std,
-            collate_fn=self.collate_fn, batched=self.batch_sampler is not None)
+            collate_fn=self.collate_fn, batched=self.batch_sampler is not None,
+            num_workers=self.settings.num_workers, prefetch_factor=self.settings.prefetch_factor)
 
     @property
     def epoch_sampler(self) -> EpochSampler | None:

@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 import sys
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -18,6 +19,7 @@ import pytest
 import torch
 
 import fastload
+from fastload.backends.decode_split import DecodeSplit, next_share
 from fastload.decode.crops import decode_crop
 from fastload.errors import CorruptRecordError, MissingDependencyError
 from fastload.loading.transfer import Normalizer
@@ -294,3 +296,76 @@ def test_whole_image_decode_crops_as_region_decode_does(packed, train):
     loader._tail.whole_images = True
     ids, got, _ = run(loader)
     assert_close(got, pixels_of_plans(loader, ids, 0, 3), FULL_SCALE_TOLERANCE["cpu"])
+
+
+# --- both processors at once: worker processes decode a share of each batch --------------------------
+
+def test_the_share_moves_away_from_the_side_the_loop_waited_for():
+    assert next_share(0.5, waited_cpu=0.010, waited_gpu=0.0) == pytest.approx(0.48)
+    assert next_share(0.5, waited_cpu=0.0, waited_gpu=0.010) == pytest.approx(0.52)
+    assert next_share(0.5, waited_cpu=0.0001, waited_gpu=0.0) == 0.5  # noise, not a side behind
+    assert next_share(0.0, waited_cpu=1.0, waited_gpu=0.0) == 0.0
+    assert next_share(0.9, waited_cpu=0.0, waited_gpu=1.0) == 0.9  # the GPU always keeps a part
+
+
+def test_each_cut_gives_both_sides_their_parts_of_every_batch_in_order():
+    batches = [[(i, 0, 0) for i in range(b * 10, b * 10 + n)] for b, n in enumerate([10, 10, 7, 10, 3])]
+    split = DecodeSplit(batches, share=0.3)
+    gpu = split.parts("gpu")
+    cpu = split.parts("cpu")
+    joined = []
+    for b in range(len(batches)):
+        cut = split.cut(b)
+        parts = (next(cpu) if cut.cpu else []) + (next(gpu) if cut.gpu else [])
+        joined.append(parts)
+        split.adapt(waited_cpu=0.0, waited_gpu=1.0 if b < 2 else 0.0)  # the CPU gets more, then stays
+        split.release(b)
+    assert joined == batches and split.cut(len(batches)) is None
+    assert [len(split._cuts)] == [0]  # every cut released
+    assert split.share == pytest.approx(0.34)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_worker_processes_decode_a_share_in_the_sampler_order(packed, device):
+    """num_workers=2: each batch's first samples decoded by the CPU path (the torch backend's
+    own pixels, to the bit), the rest by nvImageCodec, joined in the sampler's order; every sample
+    once per epoch, two epochs on the same persistent workers."""
+    reference = make(packed["hdf5"], "torch", seed=7)
+    loader = make(packed["hdf5"], "nvimgcodec", seed=7, device=device, num_workers=2)
+    for epoch in range(2):
+        ids, expected, sizes = run(reference)
+        got_ids, got, got_sizes = run(loader)
+        assert (got_ids, got_sizes) == (ids, sizes) and sorted(ids) == list(range(ID_RECORDS))
+        assert_close(got, expected, TORCH_TOLERANCE)
+        assert_close(got, pixels_of_plans(loader, got_ids, epoch, 7), TORCH_TOLERANCE)
+        assert 0.0 <= loader._tail.cpu_share <= 0.9
+        # JPEGs the CPU path decoded (at reduced scale) equal the torch backend's; the GPU's do not.
+        from_cpu = [i for k, i in enumerate(ids) if i % 5 != 4 and torch.equal(got[k], expected[k])]
+        assert len(from_cpu) >= 5
+
+
+def test_a_resume_with_the_share_yields_exactly_the_rest(packed):
+    path = packed["lmdb"]
+    first = run(make(path, "torch"))[0]
+    saver = make(path, "nvimgcodec", num_workers=2)
+    it = iter(saver)
+    for _ in range(3):
+        next(it)
+    state = json.loads(json.dumps(saver.state_dict()))
+    del it
+    resumed = make(path, "nvimgcodec", num_workers=2)
+    resumed.load_state_dict(state)
+    assert run(resumed)[0] == first[3 * BATCH:]
+
+
+def test_skips_on_either_side_are_counted_once(undecodable, tmp_path):
+    path, bad = undecodable
+    skipping = fastload.PackedDataset(path, image_size=SIZE, train=False, on_error="skip")
+    loader = fastload.DataLoader(skipping, batch_size=6, shuffle=False, backend="nvimgcodec", num_workers=2)
+    ids = []
+    for _ in range(2):  # the share moves between epochs: the bad record may fall on either side
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ids.append(run(loader)[0])
+    assert ids == [[i for i in range(12) if i != bad]] * 2
+    assert loader.stats()["skipped"] == 2
