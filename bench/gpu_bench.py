@@ -9,7 +9,8 @@ interleaved run by run:
   ``.to("cuda", non_blocking=True)`` and normalisation on the GPU: what a careful user writes.
 - ``fastload``: ``fastload.DataLoader(PackedDataset(...), device="cuda", mean=..., std=...)`` with
   its auto settings: the pinned copy on a side stream, normalised on the GPU.
-- ``nvimgcodec``: the same with ``backend="nvimgcodec"``: JPEG crops decoded on the GPU.
+- ``nvimgcodec``: the same with ``backend="nvimgcodec", num_workers=0``: JPEG crops decoded on the
+  GPU; ``nvimgcodec-split``: with one worker process per core decoding a share of each batch.
 - ``headspace`` (under a model only): the step alone on one batch already on the GPU, the rate no
   loader can beat; a loader that reaches it leaves the model bounding training.
 
@@ -51,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
                    help="num_workers of torch and of fastload's processes row (default: one per core)")
     p.add_argument("--rows", nargs="+", default=["torch", "auto"],
-                   choices=["torch", "auto", "threads", "processes", "nvimgcodec"],
+                   choices=["torch", "auto", "threads", "processes", "nvimgcodec", "nvimgcodec-split"],
                    help="torch's loader, and fastload with its auto settings, an explicit mode, or GPU decode")
     p.add_argument("--model", default="small",
                    help="the model step: 'small' (a ResNet-18-shaped stack written here) or a torchvision "
@@ -109,15 +110,22 @@ def torch_batches(images: Path, args: argparse.Namespace) -> Iterable[tuple[torc
 def fastload_batches(packed: Path, args: argparse.Namespace, mode: str) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
     """fastload's loop: auto settings (or ``mode``), delivered on the GPU and normalised there."""
     dataset = fastload.PackedDataset(packed, image_size=args.image_size, train=True)
-    if mode == "nvimgcodec":
-        explicit: dict[str, Any] = {"backend": "nvimgcodec"}
+    if mode == "nvimgcodec":  # the GPU decodes every sample
+        explicit: dict[str, Any] = {"backend": "nvimgcodec", "num_workers": 0}
+    elif mode == "nvimgcodec-split":  # worker processes (one per core) decode a share of each batch
+        explicit = {"backend": "nvimgcodec", "num_workers": args.workers}
     else:
         explicit = {} if mode == "auto" else {"mode": mode, "num_workers": args.workers if mode == "processes" else 0}
     loader = fastload.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, drop_last=True,
                                  device="cuda", mean=list(MEAN), std=list(STD), **explicit)
     print(f"  fastload {loader.settings.as_kwargs()}", flush=True)
-    while True:
-        yield from loader
+    try:
+        while True:
+            yield from loader
+    finally:
+        share = getattr(getattr(loader, "_tail", None), "cpu_share", None)
+        if share:
+            print(f"  the CPU decoded {share:.0%} of each batch at the end", flush=True)
 
 
 def headspace_batches(args: argparse.Namespace) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
@@ -189,8 +197,9 @@ def main(argv: list[str] | None = None) -> None:
     torch.backends.cudnn.benchmark = True
     rows: dict[str, Callable[[], Iterable[Any]]] = {}
     for row in args.rows:
-        if row == "nvimgcodec":
-            rows["fastload, device='cuda', backend='nvimgcodec'"] = lambda: fastload_batches(args.packed, args, "nvimgcodec")
+        if row.startswith("nvimgcodec"):
+            label = "GPU decode" if row == "nvimgcodec" else f"GPU + {args.workers} workers"
+            rows[f"fastload, nvimgcodec, {label}"] = lambda row=row: fastload_batches(args.packed, args, row)
         elif row == "torch":
             rows[f"torch, {args.workers} workers, pin_memory"] = lambda: torch_batches(args.images, args)
         else:

@@ -41,7 +41,7 @@ EOF
 
 if [[ " $STEPS " == *" tests "* ]]; then
 log "CUDA tests"
-timeout 120 python3 -m pytest -q -p no:cacheprovider -x -m gpu tests/backends/test_nvimgcodec.py tests/loading/test_gpu.py \
+timeout 90 python3 -m pytest -q -p no:cacheprovider -x -m gpu tests/backends/test_nvimgcodec.py tests/loading/test_gpu.py \
     2>&1 | tee "$OUT/gpu-tests.log" | tail -15
 timeout 60 python3 -m pytest -q -p no:cacheprovider tests/backends/test_crop_resample.py 2>&1 | tail -2
 fi
@@ -57,11 +57,16 @@ timeout 60 python3 bench/nvimgcodec_profile.py /tmp/photos.fl --batches 8 --vari
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
 log "bench: data and a ResNet-18-shaped step"
-timeout 170 python3 bench/gpu_bench.py /tmp/photos --packed /tmp/photos.fl --seconds "$SECONDS_PER_RUN" --repeats 1 \
-    --rows torch processes nvimgcodec --model small --json "$OUT/gpu-$stamp-small.json" 2>&1 | grep -v "^  fastload {" | tail -14
+timeout 150 python3 bench/gpu_bench.py /tmp/photos --packed /tmp/photos.fl --seconds "$SECONDS_PER_RUN" --repeats 1 \
+    --rows torch processes nvimgcodec nvimgcodec-split --model small --json "$OUT/gpu-$stamp-small.json" 2>&1 \
+    | grep -v "^  fastload {" | tail -16
 log "bench: ResNet-50"
-timeout 100 python3 bench/gpu_bench.py /tmp/photos --packed /tmp/photos.fl --seconds "$SECONDS_PER_RUN" --repeats 1 \
-    --rows processes nvimgcodec --steps model --model resnet50 --json "$OUT/gpu-$stamp-resnet50.json" 2>&1 \
+timeout 80 python3 bench/gpu_bench.py /tmp/photos --packed /tmp/photos.fl --seconds "$SECONDS_PER_RUN" --repeats 1 \
+    --rows processes nvimgcodec nvimgcodec-split --steps model --model resnet50 --json "$OUT/gpu-$stamp-resnet50.json" 2>&1 \
     | grep -v "^  fastload {" | tail -6
+log "bench: ResNet-50, the training process on 4 cores"
+timeout 70 taskset -c 0-3 python3 bench/gpu_bench.py /tmp/photos --packed /tmp/photos.fl --seconds "$SECONDS_PER_RUN" \
+    --repeats 1 --workers 4 --rows nvimgcodec nvimgcodec-split --steps model --model resnet50 \
+    --json "$OUT/gpu-$stamp-resnet50-4cores.json" 2>&1 | grep -v "^  fastload {" | tail -5
 fi
 log "done"
