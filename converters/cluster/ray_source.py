@@ -12,6 +12,7 @@ pipelines keep ``PackSink`` as their Datasink; the parts' datasets are the same 
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -38,7 +39,8 @@ def pack_on_ray(src: str | os.PathLike[str], out: str | os.PathLike[str] | None,
                 storage_options: dict[str, Any] | None = None, **listing_options: Any) -> PackReport:
     """Pack ``src`` (a folder, CSV/JSONL list, tables or WebDataset tars) into ``out`` on Ray: at
     ``address`` (``"auto"``: the running cluster; ``None``: a local Ray started for this pack, or
-    the one this process is connected to already). ``listing_options``: ``list_to_pack``'s
+    the one this process is connected to already). ``progress=False`` also keeps the log lines of
+    a Ray started here to errors. ``listing_options``: ``list_to_pack``'s
     (``root``, ``allow_outside_root``, ``table``); the listing's skips are the report's too."""
     started = time.perf_counter()
     if is_remote(src):
@@ -69,7 +71,10 @@ def pack_on_ray(src: str | os.PathLike[str], out: str | os.PathLike[str] | None,
     source = part_source(listing, exts)
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(address=address or "local", include_dashboard=False, log_to_driver=False)
+        # Quiet (no progress): Ray's own INFO/WARNING lines ("Started a local Ray instance", its
+        # token notice) are kept off stderr too; its errors still show.
+        ray.init(address=address or "local", include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.INFO if progress else logging.ERROR)
     try:
         slices = plan_tasks(listing, pack.shard_bytes, int(ray.cluster_resources().get("CPU", 1)))
         pack.start()
