@@ -38,6 +38,11 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+def __dir__() -> list[str]:
+    """The public API, for ``dir(fastload)`` and tab completion: not this module's own imports."""
+    return sorted(__all__)
+
+
 __all__ = [
     "BucketNotFound", "CacheWarning", "CorruptRecordError", "DataLoader", "DatasetNotFoundError", "FastloadError", "LoaderSettings",
     "ManifestError", "MissingDependencyError", "MixedDataset", "PackError", "PackedDataset", "RemoteAccessDenied", "RemoteNotFound",

@@ -52,3 +52,11 @@ def test_pack_is_fastload_pack():
     assert fastload.pack is pack and fastload.PackReport is PackReport
     assert {"pack", "PackReport"} <= set(fastload.__all__)
 
+
+
+def test_dir_lists_the_public_api_and_nothing_else():
+    names = dir(fastload)
+    assert names == sorted(fastload.__all__)
+    assert not {"Any", "annotations", "importlib", "errors", "_LAZY"} & set(names)
+    for name in names:  # each one it lists is there, the lazy ones loaded on first use
+        assert getattr(fastload, name) is not None, name
