@@ -85,7 +85,7 @@ def finalize(out: Path, storage: StorageKind, listing: Any, records: list[dict[s
         storage=storage, num_records=len(items), total_bytes=sum(shard.data_bytes for shard in shards),
         kind="images" if is_images else "files", classes=classes, shards=shards, index=index,
         fields={**listing.fields, **listing.file_fields},
-        packed={"source": str(listing.root), "layout": listing.layout,
+        packed={"source": listing.source or str(listing.root), "layout": listing.layout,
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "fastload_version": __version__, "reencode": options["reencode"],
                 "check": options["check"], "max_pixels": options.get("max_pixels"),

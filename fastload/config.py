@@ -104,6 +104,11 @@ def region_decode_wanted() -> bool:
     raise ValueError(f"environment variable FASTLOAD_JPEG_DECODER={raw!r}: use 'region' or 'pillow'")
 
 
+def ray_address() -> str | None:
+    """``RAY_ADDRESS`` (Ray's own variable: the cluster to join, ``host:6379`` or ``auto``), or None."""
+    return os.environ.get("RAY_ADDRESS", "").strip() or None
+
+
 def available_cpus() -> int:
     """Cores this process may run on (affinity and ``FASTLOAD_CPUS`` respected)."""
     override = env_int("FASTLOAD_CPUS")

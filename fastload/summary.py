@@ -25,6 +25,7 @@ def describe(path: str | os.PathLike[str], storage_options: dict[str, Any] | Non
         "path": str(root),
         "storage": manifest.storage,
         "format_version": manifest.format_version,
+        "version": manifest.version,
         "kind": manifest.kind,
         "records": manifest.num_records,
         "payload_bytes": manifest.total_bytes,

@@ -16,7 +16,8 @@ CLI, BENCHMARKS = (REPO / "docs" / "cli.md").read_text(), (REPO / "docs" / "benc
 TABLES = {"pack": [(CLI, "| option | meaning |")],
           "bench": [(BENCHMARKS, "| option (bench and doctor) |"), (BENCHMARKS, "| option (bench only) |")],
           "doctor": [(BENCHMARKS, "| option (bench and doctor) |"), (BENCHMARKS, "| option (doctor only) |")]}
-SYNOPSES = {name: (CLI, f"`fastload {name} PATH") for name in ("info", "verify", "tune")}
+SYNOPSES = {**{name: (CLI, f"`fastload {name} PATH") for name in ("info", "verify", "tune")},
+            "show": (CLI, "`fastload show DATASET")}
 
 
 def _parsers() -> dict[str, argparse.ArgumentParser]:
@@ -47,7 +48,7 @@ def _meaning(text: str, first_cell: str) -> str:
     return line.split("|")[2]
 
 
-@pytest.mark.parametrize("name", ["pack", "info", "verify", "tune", "bench", "doctor"])
+@pytest.mark.parametrize("name", ["pack", "info", "show", "verify", "tune", "bench", "doctor"])
 def test_every_option_is_documented_with_its_default(name):
     parser = _parsers()[name]
     actions = {s: a for a in parser._actions for s in a.option_strings if s.startswith("--") and s != "--help"}

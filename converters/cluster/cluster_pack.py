@@ -14,6 +14,7 @@ from typing import Any, Literal
 from fastload.converters.cluster.folder_target import FolderTarget
 from fastload.converters.cluster.store_target import StoreTarget
 from fastload.converters.cluster.task_shards import SinkSettings, TaskPart
+from fastload.converters.packing.options import on_error_spelling
 from fastload.converters.packing.report import PackReport
 from fastload.converters.writers import WRITERS
 
@@ -31,14 +32,15 @@ class ClusterPack:
     def __init__(self, out: str | os.PathLike[str], *, image: str, label: str | None, key: str,
                  order: str | None, fields: Sequence[str] | Mapping[str, str], classes: Sequence[str] | None,
                  format: StorageKind = "lmdb", shard_size: str | int = "256MB", overwrite: bool = False,
-                 quality: int | None = None, on_error: Literal["fail", "skip"] = "fail",
+                 quality: int | None = None, on_error: Literal["raise", "skip"] = "raise",
                  check: Literal["header", "decode"] = "header", max_pixels: int = MAX_PIXELS,
                  max_file_size: str | int = MAX_FILE_SIZE, mask_storage: Literal["rows", "file"] = "rows",
                  storage_options: dict[str, Any] | None = None) -> None:
         if format not in WRITERS:
             raise ValueError(f"format={format!r}: choose one of {', '.join(WRITERS)}")
-        if on_error not in ("fail", "skip") or check not in ("header", "decode"):
-            raise ValueError(f"on_error={on_error!r}, check={check!r}: choose 'fail' or 'skip', 'header' or 'decode'")
+        on_error = on_error_spelling(on_error, stacklevel=4)  # type: ignore[assignment]
+        if check not in ("header", "decode"):
+            raise ValueError(f"check={check!r}: choose 'header' or 'decode'")
         self.shard_bytes = parse_size(shard_size, name="shard_size")
         types = dict(fields) if isinstance(fields, Mapping) else None
         settings = SinkSettings(

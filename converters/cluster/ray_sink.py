@@ -44,7 +44,7 @@ class PackSink(Datasink[TaskPart | None]):
         shard_size: Bytes per shard (``"256MB"``); each write task gets about this much input.
         overwrite: Replace a finished dataset at ``out``, once the new one is complete.
         quality: As ``fastload.Writer``'s: arrays given as the image encoded as JPEG at this quality.
-        on_error: ``"fail"``, or ``"skip"``: a bad row is left out, counted and reported.
+        on_error: ``"raise"``, or ``"skip"``: a bad row is left out, counted and reported.
         check: ``"header"`` checks each image's structure; ``"decode"`` decodes every pixel too.
         mask_storage: As ``fastload.Writer``'s.
         storage_options: The store client's options when ``out`` is a URL (``endpoint_url``,
@@ -54,7 +54,7 @@ class PackSink(Datasink[TaskPart | None]):
     def __init__(self, out: str | os.PathLike[str], *, image: str = "image", label: str | None = "label",
                  key: str = "path", order: str | None = None, fields: Sequence[str] | Mapping[str, str] = (),
                  classes: Sequence[str] | None = None, format: StorageKind = "lmdb", shard_size: str | int = "256MB",
-                 overwrite: bool = False, quality: int | None = None, on_error: Literal["fail", "skip"] = "fail",
+                 overwrite: bool = False, quality: int | None = None, on_error: Literal["raise", "skip"] = "raise",
                  check: Literal["header", "decode"] = "header", max_pixels: int = MAX_PIXELS,
                  max_file_size: str | int = MAX_FILE_SIZE, mask_storage: Literal["rows", "file"] = "rows",
                  storage_options: dict[str, Any] | None = None) -> None:

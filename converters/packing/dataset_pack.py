@@ -28,6 +28,7 @@ from fastload.converters.packing.dataset_plan import (
 from fastload.converters.packing.dataset_reads import ItemReads
 from fastload.converters.packing.dataset_shards import ShardOutcome, ShardTask, repeated_key
 from fastload.converters.packing.interrupt import interrupt_between_files
+from fastload.converters.packing.options import digest_on_error
 from fastload.converters.packing.plan import Journal, JournalWriteError
 from fastload.converters.packing.report import PackReport, write_error
 from fastload.converters.sources.items import SourceItem, SourceListing
@@ -57,7 +58,8 @@ class DatasetPackJob:
         # what a resume must find unchanged (the worker count changes nothing written)
         self.content = {"format_version": FORMAT_VERSION, "storage": options["storage"], "quality": quality,
                         "mask_storage": self.settings.mask_storage,
-                        **{k: options[k] for k in ("shard_size", "check", "max_pixels", "on_error")}}
+                        "on_error": digest_on_error(options["on_error"]),
+                        **{k: options[k] for k in ("shard_size", "check", "max_pixels")}}
         classes = getattr(dataset, "classes", None)  # torchvision's datasets name their classes so
         self.classes = list(classes) if isinstance(classes, (list, tuple)) and classes and all(
             isinstance(c, str) for c in classes) else None
@@ -158,13 +160,13 @@ class DatasetPackJob:
     def _adopt(self, out: Path, schema: Schema, task: ShardTask, outcome: ShardOutcome,
                keys: set[str]) -> dict[str, Any]:
         """A written shard renamed into place and journaled, its keys added to ``keys``; an item that
-        cannot be packed raised as the pack's error (under on_error="fail"), or its shard rewritten
+        cannot be packed raised as the pack's error (under on_error="raise"), or its shard rewritten
         here without the items whose keys earlier shards have (under "skip")."""
         record = outcome.record
         repeated = keys.intersection(record["keys"])
         if repeated:  # written in a worker, which knew only its own shard's keys
             Path(outcome.tmp).unlink(missing_ok=True)
-            if self.options["on_error"] == "fail":
+            if self.options["on_error"] != "skip":
                 index, key = next((i, k) for i, k in zip(record["items"], record["keys"]) if k in repeated)
                 raise item_error(repeated_key(index, key))
             outcome = self.reads.write_here(schema, replace(task, taken=repeated))

@@ -73,7 +73,7 @@ def first_plan(dataset: Any, schema: Schema, settings: ReadSettings, shard_size:
     for index in range(len(dataset)):
         got = read_item(dataset, schema, settings, index)
         if got.payloads is None:
-            if on_error == "fail":
+            if on_error != "skip":
                 raise item_error(got)
             continue
         sizes.append(len(got.payloads.data) + sum(len(data) for data, _, _ in got.payloads.files))

@@ -49,7 +49,7 @@ class ShardTask:
 @dataclass
 class ShardOutcome:
     """A shard's result: ``record`` (finalize's columns; its file at ``tmp``), or the first item that
-    cannot be packed under on_error="fail" (``failed``, with the records written before it), or
+    cannot be packed under on_error="raise" (``failed``, with the records written before it), or
     ``stopped`` (the pack stopped it), or ``error`` (the shard could not be written)."""
 
     number: int
@@ -123,7 +123,7 @@ def _write_one(reads: Iterator[Read], task: ShardTask, stopping: Callable[[], bo
             return outcome
         read = _unique(next(reads), keys, task.taken)
         if read.payloads is None or read.values is None:
-            if task.on_error == "fail":
+            if task.on_error != "skip":
                 outcome.failed = read
                 return outcome
             record["skips"].append([read.key or f"{read.index:08d}", f"item {read.index}: {read.reason}"])

@@ -26,6 +26,8 @@ from fastload.converters.packing.options import (
     check_options,
     check_out_location,
     default_out,
+    digest_on_error,
+    on_error_spelling,
 )
 from fastload.converters.packing.packer import Packer
 from fastload.converters.packing.plan import ShardPlan, plan_digest, plan_shards, stored_values
@@ -47,13 +49,13 @@ from fastload.format.layout import IMAGE_EXTENSIONS, stored_file_types
 from fastload.storage.location import is_remote, local_path
 from fastload.storage.remote import RemoteStore
 
-OnError = Literal["fail", "skip"]
+OnError = Literal["raise", "skip"]  # "fail": the old spelling of "raise" (converters.packing.options)
 MaskStorage = Literal["rows", "file"]
 
 
 def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None = None, *,
          format: StorageKind | None = None, shard_size: str | int = "256MB", workers: int | None = None,
-         extensions: list[str] | None = None, on_error: OnError = "fail", max_side: int | None = None,
+         extensions: list[str] | None = None, on_error: OnError = "raise", max_side: int | None = None,
          quality: int | None = None, overwrite: bool = False, append: bool = False, progress: bool | None = None,
          layout: Layout = "auto", check: Literal["header", "decode"] = "header",
          max_pixels: int = MAX_PIXELS, restart_markers: bool = False,
@@ -67,7 +69,7 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
     """Pack a folder, file list, tars or tables into a fastload dataset; see ``fastload pack --help``.
 
     Returns a PackReport (``already_packed`` when OUT holds this exact pack). Raises SourceError /
-    SourceNotFoundError for a bad source or file (with ``on_error="fail"``) and PackError when
+    SourceNotFoundError for a bad source or file (with ``on_error="raise"``) and PackError when
     the output cannot be written. With ``overwrite`` a finished dataset at OUT is replaced only
     once the new one is complete (see converters.destination.out_dir); ``append`` adds to it (destination.append).
 
@@ -102,6 +104,7 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
     bytes as they would be stored), counted in the report, unless ``allow_duplicates``.
     """
     started = time.perf_counter()
+    on_error = on_error_spelling(on_error)  # type: ignore[assignment]
     if allow_duplicates and not append:
         raise ValueError("allow_duplicates=True is for append=True (--allow-duplicates with --append): "
                          "a pack without append writes each listed record once")
@@ -191,6 +194,7 @@ def _plan(listing: SourceListing, options: dict[str, Any], exts: tuple[str, ...]
     # Read threads do not change what is written: a resume with other --workers keeps the shards.
     # How masks are stored shows in file_fields' types, so a pack without masks keeps its digest.
     content = {k: v for k, v in options.items() if k not in ("workers", "max_file_size", "mask_storage")}
+    content["on_error"] = digest_on_error(content["on_error"])
     if listing.file_fields:  # names and types: a renamed column is another pack (absent: old digests hold)
         content["file_fields"] = dict(listing.file_fields)
     if listing.layout == "table":  # which column the payloads come from

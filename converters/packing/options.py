@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,35 @@ def default_workers() -> int:
     return min(16, max(4, 4 * available_cpus()))
 
 
+ON_ERROR = ("raise", "skip")
+"""What a bad file or sample does: the pack raises naming it, or it is skipped, counted and
+reported; spelled as ``PackedDataset``'s ``on_error`` (``"fail"``, the spelling packs had
+first, is taken for ``"raise"`` with a DeprecationWarning)."""
+
+
+def on_error_spelling(on_error: str, stacklevel: int = 3) -> str:
+    """``on_error`` checked, ``"fail"`` as ``"raise"`` (with a DeprecationWarning at the caller's caller)."""
+    if on_error == "fail":
+        warnings.warn("on_error='fail' is spelled on_error='raise' now, as PackedDataset spells it; "
+                      "'fail' still works but will go", DeprecationWarning, stacklevel=stacklevel)
+        return "raise"
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error={on_error!r}: choose 'raise' (stop at the first bad one) or 'skip'")
+    return on_error
+
+
+def digest_on_error(on_error: str) -> str:
+    """``on_error`` as shard plan digests spell it: ``"fail"``, so packs made before the rename
+    stay "already packed" and resume their finished shards."""
+    return "fail" if on_error == "raise" else on_error
+
+
 def check_options(format: str, shard_size: str | int, workers: int | None, on_error: str,
                    max_side: int | None, quality: int | None, check: str, max_pixels: int,
                    restart_markers: bool, max_file_size: str | int, mask_storage: str = "rows") -> dict[str, Any]:
     if format not in WRITERS:
         raise ValueError(f"format={format!r}: choose one of {', '.join(WRITERS)}")
-    if on_error not in ("fail", "skip"):
-        raise ValueError(f"on_error={on_error!r}: choose 'fail' or 'skip'")
+    on_error = on_error_spelling(on_error, stacklevel=4)
     if mask_storage not in MASK_STORAGES:
         raise ValueError(f"mask_storage={mask_storage!r}: choose 'rows' (a crop decodes its rows alone) or 'file'")
     if check not in ("header", "decode"):

@@ -134,7 +134,7 @@ class Packer:
 
     def _skip(self, got: Loaded, record: dict[str, Any]) -> None:
         item = self.items[got.index]
-        if self.options["on_error"] == "fail":  # a tar member, a table row: named inside its file
+        if self.options["on_error"] != "skip":  # a tar member, a table row: named inside its file
             where = item.path if item.offset < 0 else f"{str(item.path).rsplit('/', 1)[0]}/{item.rel}"
             raise SourceError(f"{where}: {got.reason}; fix or remove it, or pass --on-error skip")
         record["skips"].append([item.rel, got.reason])

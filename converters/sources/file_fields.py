@@ -107,7 +107,7 @@ def _npy_shape(data: bytes) -> tuple[int, ...]:
 
 
 def attach_file_columns(listing: SourceListing, columns: tuple[str, ...], max_file_size: int | None,
-                        on_error: str = "fail") -> None:
+                        on_error: str = "raise") -> None:
     """Turn the list's columns ``columns`` (paths, relative to the list's folder, confined as its
     ``path`` column is: ``listing.list_root``) into file fields of each item; their types come
     from the first row's file. A row without one, or with one outside the root, is an error

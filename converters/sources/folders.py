@@ -37,7 +37,7 @@ _FolderKey = tuple[int, int]  # (st_dev, st_ino): one real folder, however it is
 
 
 def list_source(src: Path, *, layout: Layout = "auto", extensions: tuple[str, ...] = IMAGE_EXTENSIONS,
-                on_error: str = "fail", max_file_size: int | None = None,
+                on_error: str = "raise", max_file_size: int | None = None,
                 root: str | os.PathLike[str] | None = None, allow_outside_root: bool = False) -> SourceListing:
     """List SRC in record order; see docs/cli.md ("Sources and record order") for the exact rules.
 

@@ -2,7 +2,7 @@
 
 Only what can be packed is listed: a regular file (not a FIFO or a device, which would block or read
 without end) within ``max_file_size``, under a UTF-8 name (the index stores names as UTF-8). Anything
-else is a bad entry: an error under ``on_error="fail"``, a reported skip under ``"skip"``.
+else is a bad entry: an error under ``on_error="raise"``, a reported skip under ``"skip"``.
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ class SourceListing:
     list_root: ListRoot | None = None  # a file list's: where the paths it gives may point
     images: bool | None = None  # True: every item is an image, whatever its name; None: by its extension
     reader: MemberReader | None = None  # records inside other files: how they are read (else whole files)
+    source: str | None = None  # SRC as named (a tar, a table file, a brace list), where ``root`` is its folder
 
     def is_image(self, item: SourceItem) -> bool:
         return self.images if self.images is not None else item.rel.lower().endswith(IMAGE_EXTENSIONS)
@@ -130,8 +131,8 @@ def file_refusal(st: os.stat_result, max_file_size: int | None) -> tuple[str, st
 
 def bad_entry(listing: SourceListing, on_error: str, path: Path | str, rel: str, reason: str,
               fix: str | None = "fix or remove it") -> None:
-    """A bad entry: raise under 'fail', else count it as skipped. ``fix`` None: ``reason`` says it."""
-    if on_error == "fail":
+    """A bad entry: raise under 'raise', else count it as skipped. ``fix`` None: ``reason`` says it."""
+    if on_error != "skip":
         what = f"{reason}; {fix}" if fix else reason
         raise SourceError(f"{escaped(str(path))}: {what}, or pass --on-error skip")
     listing.skipped.append(Skip(escaped(rel), reason))

@@ -17,10 +17,21 @@ from fastload.errors import SourceError
 from fastload.format.layout import IMAGE_EXTENSIONS
 
 
-def list_to_pack(src: object, src_store: Any, src_path: Path | None, *, layout: Layout, extensions: tuple[str, ...],
-                 on_error: str, options: dict[str, Any], sidecars: bool, file_columns: tuple[str, ...],
-                 root: str | os.PathLike[str] | None = None, allow_outside_root: bool = False,
-                 sidecar_names: dict[str, str] | None = None, table: dict[str, Any] | None = None) -> SourceListing:
+def list_to_pack(src: object, src_store: Any, src_path: Path | None, **options: Any) -> SourceListing:
+    """The listing of ``src`` (see ``_listing``), with ``source``: SRC as named (a path made
+    absolute, a URL or brace list as given), what the manifest says it was packed from."""
+    listing = _listing(src, src_store, src_path, **options)
+    if src_path is not None:
+        listing.source = os.path.abspath(src_path)
+    elif src_store is not None:
+        listing.source = str(src)
+    return listing
+
+
+def _listing(src: object, src_store: Any, src_path: Path | None, *, layout: Layout, extensions: tuple[str, ...],
+             on_error: str, options: dict[str, Any], sidecars: bool, file_columns: tuple[str, ...],
+             root: str | os.PathLike[str] | None = None, allow_outside_root: bool = False,
+             sidecar_names: dict[str, str] | None = None, table: dict[str, Any] | None = None) -> SourceListing:
     """The listing of ``src`` (``src_store`` for a store prefix, else the local ``src_path``, else
     ``src`` is an in-memory dataset) in record order, each item with its record's other files; a
     file list's paths confined to ``root`` (None: its folder) unless ``allow_outside_root`` (see

@@ -14,7 +14,7 @@ from fastload.format.layout import IMAGE_EXTENSIONS
 
 
 def list_store_source(store: Any, *, layout: Layout = "auto", extensions: tuple[str, ...] = IMAGE_EXTENSIONS,
-                      on_error: str = "fail", max_file_size: int | None = None,
+                      on_error: str = "raise", max_file_size: int | None = None,
                       objects: list[tuple[str, int, str]] | None = None) -> SourceListing:
     """List the objects under ``store``'s folder in record order (the order a local pack of the same
     tree gives: depth first, names sorted at each level), with one listing request per 1,000 objects

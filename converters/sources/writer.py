@@ -24,6 +24,7 @@ import xxhash
 from fastload.converters.destination.append import mask_storage_of, writer_schema
 from fastload.converters.destination.written import WrittenOut
 from fastload.converters.finalize import finalize
+from fastload.converters.packing.options import on_error_spelling
 from fastload.converters.packing.plan import stored_values
 from fastload.converters.packing.report import PackReport, write_error
 from fastload.converters.sources.items import Skip, SourceItem, SourceListing
@@ -57,7 +58,7 @@ class Writer:
         classes: Class names: a label may then be given as a name.
         quality: Encode PIL images and arrays given as the image as JPEG at this quality; default
             PNG (lossless). Encoded bytes and paths are stored as given, whatever this is.
-        on_error: ``"fail"``: a bad sample raises SourceError naming it and its field; ``"skip"``:
+        on_error: ``"raise"``: a bad sample raises SourceError naming it and its field; ``"skip"``:
             it is left out, counted and listed in the report (``skipped.jsonl``).
         check: ``"header"`` checks each image's structure; ``"decode"`` decodes every pixel too.
         workers: Threads that encode and check samples (default: the CPUs, at most 8).
@@ -68,15 +69,16 @@ class Writer:
 
     def __init__(self, out: str | os.PathLike[str], *, format: StorageKind | None = None, shard_size: str | int = "256MB",
                  overwrite: bool = False, append: bool = False, fields: Mapping[str, str] | None = None, classes: list[str] | None = None,
-                 quality: int | None = None, on_error: Literal["fail", "skip"] = "fail",
+                 quality: int | None = None, on_error: Literal["raise", "skip"] = "raise",
                  check: Literal["header", "decode"] = "header", workers: int | None = None,
                  max_pixels: int = MAX_PIXELS, max_file_size: str | int = MAX_FILE_SIZE,
                  storage_options: dict[str, Any] | None = None, staging: str | os.PathLike[str] | None = None,
                  mask_storage: Literal["rows", "file"] | None = None) -> None:
         if format is not None and format not in WRITERS:
             raise ValueError(f"format={format!r}: choose one of {', '.join(WRITERS)}")
-        if on_error not in ("fail", "skip") or check not in ("header", "decode"):
-            raise ValueError(f"on_error={on_error!r}, check={check!r}: choose 'fail' or 'skip', 'header' or 'decode'")
+        on_error = on_error_spelling(on_error)  # type: ignore[assignment]
+        if check not in ("header", "decode"):
+            raise ValueError(f"check={check!r}: choose 'header' or 'decode'")
         if quality is not None and not 1 <= quality <= 100:
             raise ValueError(f"quality={quality}: must be between 1 and 100 (or None: PNG, lossless)")
         if mask_storage not in (*MASK_STORAGES, None):
@@ -147,7 +149,7 @@ class Writer:
         return stored_file_types(self.schema.file_types, self.mask_storage)
 
     def _bad(self, number: int, key: str, reason: str) -> None:
-        if self.on_error == "fail":
+        if self.on_error != "skip":
             raise SourceError(f"sample {number} (key {key!r}): {reason}; fix the sample, or pass on_error='skip'")
         self.skipped.append(Skip(key, reason))
 

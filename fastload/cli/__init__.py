@@ -6,18 +6,23 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Sequence
 
 from fastload.cli.parser import build_parser
-from fastload.errors import FastloadError
+from fastload.errors import FastloadError, SourceError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fastload`` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = _old_spellings(list(sys.argv[1:] if argv is None else argv))
+    args, extra = parser.parse_known_args(argv)
     try:
+        if extra:
+            _refuse_extra(parser, args, argv, extra)
         return args.run(args)
     except BrokenPipeError:  # `fastload info ... | head`: the reader has what it wanted
         # Python would complain again while flushing stdout at exit: point it at /dev/null first.
@@ -29,3 +34,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FastloadError, ValueError, OSError) as exc:
         print(f"fastload: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _old_spellings(argv: list[str]) -> list[str]:
+    """``pack --ray=ADDRESS`` (``--ray`` took a value once) as ``--ray --ray-address ADDRESS``."""
+    out: list[str] = []
+    for arg in argv:
+        if arg == "--":
+            return out + argv[len(out):]
+        out += ["--ray", "--ray-address", arg.split("=", 1)[1]] if arg.startswith("--ray=") else [arg]
+    return out
+
+
+def _refuse_extra(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str],
+                  extra: list[str]) -> None:
+    """Arguments no option took: for ``pack``, more than one SRC (said in words that help); else
+    argparse's own "unrecognized arguments" (exit 2)."""
+    if args.command != "pack" or any(e.startswith("-") for e in extra):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    at = argv.index(extra[0])
+    if args.ray and at > 0 and argv[at - 1] == "--ray":
+        raise SourceError(f"--ray {extra[0]}: --ray takes no value; give the cluster's address with "
+                          f"--ray-address {extra[0]} (or in RAY_ADDRESS)")
+    raise SourceError(f"fastload pack takes one SRC, got {1 + len(extra)} ({args.src}, {extra[0]}, ...); for "
+                      "several tars, quote a brace list ('data-{000..099}.tar', which your shell would "
+                      "otherwise expand) or pass the folder that holds them")

@@ -25,9 +25,30 @@ def _text(value: Any, default: str = "?") -> str:
 
 
 def _copied(packed: dict) -> str:
+    """What became of the images' bytes when no re-encode was asked for."""
     if packed.get("restart_markers"):
         return "none (JPEGs rewritten losslessly, see below; other files copied exactly)"
+    encoded = packed.get("encoded")  # the Python writer's and a dataset pack's: pixels given, encoded here
+    if isinstance(encoded, dict) and encoded.get("images"):
+        how = (f"JPEG quality {_text(encoded.get('quality'))}" if encoded.get("format") == "JPEG"
+               else f"{_text(encoded.get('format'))}, lossless")
+        return (f"none ({_count(encoded['images'], 'image')} given as pixels encoded to {how}; "
+                "bytes given stored exactly)")
     return "none (bytes copied exactly)"
+
+
+def _origin(packed: dict) -> str:
+    """``from SRC (imagefolder layout)``, and ``on Ray (N tasks)`` for a cluster pack."""
+    text = f"from {_text(packed.get('source'))} ({_text(packed.get('layout'))} layout)"
+    if packed.get("cluster") == "ray":
+        text += f" on Ray ({_count(packed['tasks'], 'task')})" if isinstance(packed.get("tasks"), int) else " on Ray"
+    return text
+
+
+def _versions(packed: dict) -> list[dict]:
+    """What each version added, oldest first (after an append; a dataset never appended to has none)."""
+    found = packed.get("versions")
+    return [v for v in found if isinstance(v, dict)] if isinstance(found, list) else []
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -38,15 +59,13 @@ def _names(text: str | None) -> list[str] | None:
 def pack_command(args: argparse.Namespace) -> int:
     from fastload.converters import pack
 
-    if len(args.src) > 1:
-        raise SourceError(f"fastload pack takes one SRC, got {len(args.src)} ({args.src[0]}, {args.src[1]}, ...); "
-                          "for several tars, quote a brace list ('data-{000..099}.tar', which your shell "
-                          "would otherwise expand) or pass the folder that holds them")
-    if args.ray is not None:
+    if args.ray:
         return _pack_on_ray(args)
+    if args.ray_address is not None:
+        raise SourceError(f"--ray-address {args.ray_address}: is the cluster --ray packs on; add --ray, or leave it out")
     if args.append and not args.quiet:  # what an append will add, said before it adds it
         _say_on_stderr("fastload.converters.destination.append")
-    report = pack(args.src[0], args.out, format=args.format, shard_size=args.shard_size, workers=args.workers,
+    report = pack(args.src, args.out, format=args.format, shard_size=args.shard_size, workers=args.workers,
                   extensions=args.extensions, on_error=args.on_error, max_side=args.max_side,
                   quality=args.quality, overwrite=args.overwrite, append=args.append,
                   progress=False if args.quiet else None,
@@ -78,6 +97,7 @@ def _say_on_stderr(logger: str) -> None:
 
 def _pack_on_ray(args: argparse.Namespace) -> int:
     """``pack --ray``: the local pack's listing, packed by Ray tasks (converters.cluster.ray_source)."""
+    from fastload.config import ray_address
     from fastload.converters.cluster.ray_source import pack_on_ray
     from fastload.optional import require
 
@@ -89,10 +109,10 @@ def _pack_on_ray(args: argparse.Namespace) -> int:
                   "--file-columns": args.file_columns, "--workers": args.workers, "--staging": args.staging}
     given = [flag for flag, value in local_only.items() if value]
     if given:
-        raise SourceError(f"{args.src[0]}: {given[0]} is not for --ray packs yet (its tasks copy each file's bytes "
+        raise SourceError(f"{args.src}: {given[0]} is not for --ray packs yet (its tasks copy each file's bytes "
                           "as they are, and Ray chooses the parallelism); pack without --ray, or leave it out")
     table = {"image_column": args.image_column, "label_column": args.label_column, "columns": _names(args.columns)}
-    report = pack_on_ray(args.src[0], args.out, address=None if args.ray == "local" else args.ray,
+    report = pack_on_ray(args.src, args.out, address=args.ray_address or ray_address(),
                          format=args.format or "lmdb", shard_size=args.shard_size, extensions=args.extensions,
                          on_error=args.on_error, overwrite=args.overwrite, layout=args.layout, check=args.check,
                          max_pixels=args.max_pixels, max_file_size=args.max_file_size,
@@ -116,10 +136,20 @@ def info_command(args: argparse.Namespace) -> int:
     print(f"{info['path']}: {_count(info['records'], 'record')}, {format_size(info['payload_bytes'])} of "
           f"payload in {_count(len(info['shards']), info['storage'] + ' shard')} "
           f"({format_size(info['disk_bytes'])} {'in the store' if is_remote(info['path']) else 'on disk'})")
-    print(f"  packed {_text(packed.get('created'))} by fastload {_text(packed.get('fastload_version'))} "
-          f"from {_text(packed.get('source'))} ({_text(packed.get('layout'))} layout), "
-          f"re-encode: {_text(packed.get('reencode'), '') or _copied(packed)}, "
-          f"skipped: {_text(packed.get('skipped'), '0')}")
+    how = (f"re-encode: {_text(packed.get('reencode'), '') or _copied(packed)}, "
+           f"skipped: {_text(packed.get('skipped'), '0')}")
+    versions = _versions(packed)
+    if not versions:
+        print(f"  packed {_text(packed.get('created'))} by fastload {_text(packed.get('fastload_version'))} "
+              f"{_origin(packed)}, {how}")
+    else:  # "packed" holds the last append's facts: each version's own are in "versions"
+        print(f"  version {info['version']}, last written by fastload {_text(packed.get('fastload_version'))} "
+              f"({_text(packed.get('layout'))} layout), {how} in all")
+        for v in versions:
+            skipped = f", {_text(v.get('skipped'), '0')} skipped" if v.get("skipped") else ""
+            print(f"    v{_text(v.get('version'))} {_text(v.get('created'))}: "
+                  f"{_count(v['records'], 'record') if isinstance(v.get('records'), int) else '? records'} "
+                  f"from {_text(v.get('source'))}{skipped}")
     markers = packed.get("restart_markers")
     if markers:
         kept = markers.get("kept_as_is", 0) if isinstance(markers, dict) else None
@@ -143,6 +173,58 @@ def info_command(args: argparse.Namespace) -> int:
     for s in info["shards"]:
         print(f"  {s['file']}: {_count(s['records'], 'record')}, {format_size(s['bytes'])}")
     return 0
+
+
+def show_command(args: argparse.Namespace) -> int:
+    """One record: its fields printed, its image (or file) written to ``-o`` or ``record-INDEX.<ext>``."""
+    from fastload.dataset import PackedDataset
+
+    dataset = PackedDataset(args.path, storage_options=_storage_options(args))
+    count = len(dataset)
+    index = args.index + count if args.index < 0 else args.index
+    if not 0 <= index < count:
+        raise ValueError(f"{args.path}: record {args.index} is out of range: the dataset holds "
+                         f"{_count(count, 'record')} (0..{count - 1}, or -1 for the last)")
+    record = dataset.record(index)
+    data = record.pop("data")
+    label, classes = record.pop("label"), dataset.classes
+    name = f" ({classes[label]})" if 0 <= label < len(classes) else " (no label)" if label < 0 else ""
+    what = "image" if dataset.manifest.kind == "images" else "file"
+    print(f"{dataset.root} record {index} of {count}:")
+    print(f"  path: {record.pop('path')}")
+    print(f"  label: {label}{name}")
+    print(f"  {what}: {record.pop('width')}x{record.pop('height')}, {format_size(len(data))}")
+    for field, value in record.items():
+        print(f"  {field} ({dataset.manifest.fields.get(field, '?')}): {_value(value)}")
+    out = args.out or f"record-{index}.{_extension(data)}"
+    with open(out, "wb") as f:
+        f.write(data)
+    print(f"{what} written to {out}")
+    return 0
+
+
+_MAGIC = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"GIF8", "gif"), (b"BM", "bmp"),
+          (b"II*\0", "tif"), (b"MM\0*", "tif"), (b"P5", "pgm"), (b"P6", "ppm"), (b"\x93NUMPY", "npy"))
+
+
+def _extension(data: bytes) -> str:
+    """The file type ``data`` starts like (``jpg``, ``png``, ...), else ``bin``."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return next((ext for magic, ext in _MAGIC if data.startswith(magic)), "bin")
+
+
+def _value(value: Any) -> str:
+    """A field's value on one line: a file field by its size, long text and arrays cut short."""
+    import numpy as np
+
+    if isinstance(value, (bytes, bytearray)):
+        return f"{format_size(len(value))} ({_extension(bytes(value))} file)"
+    if isinstance(value, np.ndarray):
+        text = np.array2string(value, threshold=24, separator=", ").replace("\n", "")
+        return f"{text} ({value.dtype}, shape {tuple(value.shape)})"
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def verify_command(args: argparse.Namespace) -> int:

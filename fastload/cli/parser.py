@@ -9,9 +9,15 @@ from fastload.cli.commands import (
     doctor_command,
     info_command,
     pack_command,
+    show_command,
     tune_command,
     verify_command,
 )
+
+SOURCES = ("an image folder (ImageFolder or flat), a CSV/JSONL file list, WebDataset tars (a .tar, a folder of "
+           "them, or a quoted brace list 'data-{000..099}.tar'), tables "
+           "(.parquet, .arrow, .feather, a folder of them, a Hugging Face save_to_disk folder), or a store "
+           "URL of any of these (s3://bucket/images/)")
 
 
 def _renames(text: str) -> dict[str, str]:
@@ -64,17 +70,20 @@ def _whole_number(text: str) -> int | float:
 def build_parser() -> argparse.ArgumentParser:
     from fastload import __version__
     from fastload.config import MAX_FILE_SIZE, MAX_PIXELS
+def _on_error(text: str) -> str:
+    """``--on-error``: ``fail``, the spelling packs had first, is ``raise`` (the loader's)."""
+    return "raise" if text == "fail" else text
 
-    parser = argparse.ArgumentParser(prog="fastload", description="Pack small files into shards and load them fast.")
+
+
+    parser = argparse.ArgumentParser(
+        prog="fastload", description=f"Pack small files into shards and load them fast. A source is {SOURCES}.")
     parser.add_argument("--version", action="version", version=f"fastload {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("pack", help="pack a folder or CSV/JSONL file list into LMDB/HDF5 shards")
-    p.add_argument("src", nargs="+", metavar="SRC",
-                   help="ImageFolder tree, flat folder, .csv/.jsonl file list, WebDataset tars (a .tar, a "
-                        "folder of them, or a quoted brace list 'data-{000..099}.tar'), tables (.parquet, .arrow, "
-                        ".feather, a folder of them, a Hugging Face save_to_disk folder), or a store prefix "
-                        "of small objects (s3://bucket/images/)")
+    p = sub.add_parser("pack", help="pack a folder, file list, WebDataset tars, tables or a store prefix into "
+                                    "LMDB/HDF5 shards", description=f"Pack SRC: {SOURCES}.")
+    p.add_argument("src", metavar="SRC", help=f"what to pack: {SOURCES}")
     p.add_argument("-o", "--out", help="output dataset folder or store URL (s3://bucket/images.fl; "
                                        "default: SRC.fl next to SRC)")
     p.add_argument("--format", choices=["lmdb", "hdf5"], default=None,
@@ -83,11 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="parallel reads: 8×N files read ahead, N decode threads (default 4 per core, 4..16)")
     p.add_argument("--extensions", nargs="+", default=None, metavar="EXT",
                    help="file extensions to pack (default: common image extensions)")
-    p.add_argument("--on-error", choices=["fail", "skip"], default="fail",
-                   help="fail on the first bad file (default) or skip it, counted and reported")
+    p.add_argument("--on-error", type=_on_error, choices=["raise", "skip"], default="raise",
+                   help="raise on the first bad file (default; 'fail' is the old spelling) or skip it, "
+                        "counted and reported")
     p.add_argument("--max-side", type=int, default=None, help="re-encode: shrink the longer side to N px")
     p.add_argument("--quality", type=int, default=None, help="re-encode: JPEG quality (default 90 with --max-side)")
-    p.add_argument("--layout", choices=["auto", "imagefolder", "flat", "list", "webdataset"], default="auto",
+    p.add_argument("--layout", choices=["auto", "imagefolder", "flat", "list", "webdataset", "table"],
+                   default="auto",
                    help="how to read SRC (default: auto-detect)")
     p.add_argument("--check", choices=["header", "decode"], default="header",
                    help="per-file check: header + end marker (fast, default) or full decode")
@@ -135,10 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-duplicates", action="store_true",
                    help="with --append: append SRC's records the dataset holds already (the same path and "
                         "content) too; by default they are left out, and counted")
-    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-                   help="pack on a Ray cluster (the ray extra): at ADDRESS, 'auto' for the running one, or "
-                        "with no ADDRESS a local Ray; the same records as a local pack (docs/ray.md)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--ray", action="store_true",
+                   help="pack on a Ray cluster (the ray extra): the one at --ray-address or RAY_ADDRESS, "
+                        "else a local Ray; the same records as a local pack (docs/ray.md)")
+    p.add_argument("--ray-address", metavar="ADDRESS", default=None,
+                   help="with --ray: the cluster's address (host:6379, or 'auto' for the one this machine "
+                        "runs; default: RAY_ADDRESS, else a local Ray started for the pack)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _add_storage_option(p)
     p.add_argument("--staging", metavar="DIR", default=None,
                    help="with OUT in an object store: the local folder the shards are written in before "
@@ -160,6 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tune", help="measure a short grid of loader settings on a packed dataset")
     p.add_argument("path", help="packed dataset folder")
     p.add_argument("--batch-size", type=int, default=64, help="samples per batch (default 64)")
+    p = sub.add_parser("show", help="print one record's fields and write its image to a file")
+    p.add_argument("path", metavar="DATASET", help="packed dataset folder or store URL")
+    p.add_argument("index", metavar="INDEX", type=int, help="the record's number (0-based; -1: the last)")
+    p.add_argument("-o", "--out", metavar="FILE", default=None,
+                   help="where to write the record's image (default: record-INDEX.<ext> in this folder)")
+    _add_storage_option(p)
+    p.set_defaults(run=show_command)
+
     p.add_argument("--image-size", type=int, default=224, help="crop side in pixels (default 224)")
     p.add_argument("--eval", action="store_true", help="tune the eval pipeline (default: train)")
     p.add_argument("--batches", type=int, default=6, help="timed batches per candidate (default 6)")

@@ -3,7 +3,7 @@ once for the module: folders and Parquet tables packed by Ray read back bit-exac
 ``fastload.pack`` of the same source, in the same order; the same pack twice gives the same index;
 a failed pack leaves the old dataset; a re-run reuses the tasks' finished shards; the tasks' worker
 processes share a few malloc arenas; a node lost mid-pack leaves every record exactly once and no
-orphan file; ``fastload pack SRC --ray ADDRESS`` on a folder, a JSONL list and WebDataset tars gives
+orphan file; ``fastload pack SRC --ray --ray-address ADDRESS`` on a folder, a JSONL list and WebDataset tars gives
 a local pack's records, skips a bad picture as it does, and run again after a failed run reuses the
 parts its tasks had finished."""
 
@@ -210,11 +210,11 @@ def test_a_node_lost_mid_pack_loses_no_record(cluster: Cluster, photos: tuple[Pa
 
 def test_cli_ray_packs_the_records_of_a_local_pack(cluster: Cluster, photos: tuple[Path, Path],
                                                    tmp_path: Path) -> None:
-    """``fastload pack SRC --ray ADDRESS``: the local listing's records, order, labels, paths and
+    """``fastload pack SRC --ray --ray-address ADDRESS``: the local listing's records, order, labels, paths and
     fields, for a folder and for a JSONL list whose order is not its paths' (the shards may differ)."""
     root, local = photos
     out = tmp_path / "cli.fl"
-    assert main(["pack", str(root), "-o", str(out), "--ray", cluster.address, "--shard-size", "20KB", "--quiet"]) == 0
+    assert main(["pack", str(root), "-o", str(out), "--ray", "--ray-address", cluster.address, "--shard-size", "20KB", "--quiet"]) == 0
     assert len(fastload.PackedDataset(out).manifest.shards) > 1
     assert_same_records(out, local, fields=("path",))
     placement = {"shard.npy", "offset.npy", "position.npy"}  # where each record sits: the shards differ
@@ -226,7 +226,7 @@ def test_cli_ray_packs_the_records_of_a_local_pack(cluster: Cluster, photos: tup
     (root.parent / "list.jsonl").write_text("\n".join(lines) + "\n")
     listed = root.parent / "list.jsonl"
     fastload.pack(listed, tmp_path / "list-local.fl")
-    assert main(["pack", str(listed), "-o", str(tmp_path / "list-ray.fl"), "--ray", cluster.address, "--shard-size", "20KB", "--quiet"]) == 0
+    assert main(["pack", str(listed), "-o", str(tmp_path / "list-ray.fl"), "--ray", "--ray-address", cluster.address, "--shard-size", "20KB", "--quiet"]) == 0
     assert_same_records(tmp_path / "list-ray.fl", tmp_path / "list-local.fl", fields=("path", "n", "caption"))
     assert main(["verify", str(tmp_path / "list-ray.fl")]) == 0
 
@@ -246,7 +246,7 @@ def test_cli_ray_packs_webdataset_tars_as_a_local_pack(cluster: Cluster, photos:
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
     fastload.pack(tars, tmp_path / "local.fl")
-    assert main(["pack", str(tars), "-o", str(tmp_path / "ray.fl"), "--ray", cluster.address, "--shard-size", "20KB",
+    assert main(["pack", str(tars), "-o", str(tmp_path / "ray.fl"), "--ray", "--ray-address", cluster.address, "--shard-size", "20KB",
                  "--quiet"]) == 0
     assert_same_records(tmp_path / "ray.fl", tmp_path / "local.fl", fields=("path", "n"))
 
@@ -263,7 +263,7 @@ def test_cli_ray_rerun_after_a_failed_driver_reuses_the_parts_written(
     good = last.read_bytes()
     last.write_bytes(b"not a picture")
     out = tmp_path / "a.fl"
-    command = ["pack", str(root), "-o", str(out), "--ray", cluster.address, "--shard-size", "8KB", "--quiet"]
+    command = ["pack", str(root), "-o", str(out), "--ray", "--ray-address", cluster.address, "--shard-size", "8KB", "--quiet"]
     assert main(command) != 0
     assert f"{last}: not a readable image" in capsys.readouterr().err  # the task's error, as Ray passes it on
     assert not (out / MANIFEST_NAME).exists()
@@ -286,7 +286,7 @@ def test_cli_ray_skips_a_bad_picture_as_a_local_pack_does(cluster: Cluster, phot
     bad.write_bytes(b"not a picture")
     fastload.pack(root, tmp_path / "local.fl", on_error="skip")
     out = tmp_path / "ray.fl"
-    assert main(["pack", str(root), "-o", str(out), "--ray", cluster.address, "--shard-size", "8KB", "--quiet",
+    assert main(["pack", str(root), "-o", str(out), "--ray", "--ray-address", cluster.address, "--shard-size", "8KB", "--quiet",
                  "--on-error", "skip"]) == 0
     packed = fastload.PackedDataset(out)
     assert len(packed) == IMAGES - 1 and packed.manifest.packed["skipped"] == 1

@@ -53,7 +53,7 @@ def test_a_missing_or_bad_sidecar_is_named_or_skipped(tmp_path):
     (tmp_path / "src" / "cat" / "0003.json").write_text("{}")
     (tmp_path / "src" / "dog" / "0001.json").write_text('{"label": 3}')
     with pytest.raises(SourceError, match=r"0001.json: key 'label' is taken"):
-        pack(tmp_path / "src", tmp_path / "c.fl", sidecars=True, on_error="fail", progress=False)
+        pack(tmp_path / "src", tmp_path / "c.fl", sidecars=True, on_error="raise", progress=False)
 
 
 def seg_folder(root, count: int = 3) -> None:
