@@ -33,6 +33,7 @@ from tests.backends.test_dali import (  # the DALI contract's data and helpers; 
     assert_close,
     make,
     packed,
+    diff_stats,
     run,
     undecodable,
 )
@@ -62,6 +63,19 @@ DEVICES = ["cpu", GPU]
 # rounding: measured mean 0.11-0.12 levels, max 1 (one rounding instead of Pillow's two, one per
 # axis). On the GPU nvJPEG's IDCT and colour conversion differ from libjpeg's by a level or two more.
 FULL_SCALE_TOLERANCE = {"cpu": (0.3, 1, 1), "cuda": (2.0, 12, 48)}
+
+
+def same_crops(a: torch.Tensor, b: torch.Tensor, device: str) -> bool:
+    """The same samples decoded twice: equal on the CPU. On the GPU nvImageCodec shares JPEGs
+    between the hardware engines and CUDA by load, and their IDCTs round differently (a lent
+    H200 showed two runs of one epoch unequal): within a level on average there, where another
+    crop or flip would be tens of levels off."""
+    if a.shape != b.shape:
+        return False
+    if device == "cpu":
+        return torch.equal(a, b)
+    mean, _, biggest = diff_stats(a, b)
+    return mean < 1.0 and biggest <= 64
 
 
 def pixels_of_plans(loader, ids: list[int], epoch: int, seed: int) -> torch.Tensor:
@@ -156,9 +170,9 @@ def test_resume_mid_epoch_yields_exactly_the_rest(packed, consumed, device):
     resumed.load_state_dict(state)
     ids, pixels, _ = run(resumed)
     if consumed < 8:
-        assert ids == first[0][consumed * BATCH:] and torch.equal(pixels, first[1][consumed * BATCH:])
+        assert ids == first[0][consumed * BATCH:] and same_crops(pixels, first[1][consumed * BATCH:], device)
     else:  # the saved epoch was complete: resume at the next one
-        assert ids == second[0] and torch.equal(pixels, second[1])
+        assert ids == second[0] and same_crops(pixels, second[1], device)
     other = make(path, "torch")  # a state saved by one backend resumes the other at the same sample
     other.load_state_dict(state)
     assert run(other)[0] == ids
