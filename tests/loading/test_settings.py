@@ -339,6 +339,32 @@ def test_tune_leaves_the_batches_a_loader_holds_ready_out_of_its_measure():
     assert len(taken) == 1 + 8 + 3
 
 
+def test_tune_without_a_step_does_not_choose_main_and_says_what_chose_each_setting(id_packed, monkeypatch):
+    from fastload.loading import tuner
+
+    rates = iter([900.0, 400.0, 500.0])  # main, threads, one worker: main fastest on data alone
+    monkeypatch.setattr(tuner, "_measure", lambda loader, batches, ahead=0, step=None: next(rates))
+    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32)
+    grid = [{"num_workers": 0}, {"mode": "threads", "num_workers": 0}, {"num_workers": 1, "prefetch_factor": 2}]
+    best = fastload.tune(ds, batch_size=4, batches=2, candidates=grid)
+    assert (best.mode, best.num_workers) == ("processes", 1)
+    assert best.reasons["num_workers"] == "1: chosen by tune" and best.reasons["prefetch_factor"] == "2: chosen by tune"
+    assert ": given" not in str(best)  # nothing was given: tune chose
+    assert best.reasons["training step"].startswith("2 timed batches per candidate, on data alone, no training "
+                                                    "step given: mode='main' decodes between steps")
+    rates = iter([900.0, 400.0, 500.0])
+    weighed = fastload.tune(ds, batch_size=4, batches=2, candidates=grid, step=0.001)
+    assert weighed.mode == "main" and "under a 1 ms stand-in step" in weighed.reasons["training step"]
+    assert weighed.reasons["num_workers"] == "0: chosen by tune"
+
+
+def test_tune_runs_the_step_after_each_batch(id_packed):
+    seen = []
+    best = fastload.tune(fastload.PackedDataset(id_packed("lmdb"), image_size=32), batch_size=4, batches=2,
+                         candidates=[{"num_workers": 0}], step=lambda images, labels: seen.append(len(labels)))
+    assert seen == [4, 4, 4] and "under your training step" in best.reasons["training step"]
+
+
 def test_a_timeout_makes_auto_choose_worker_processes(id_packed):
     # torch times out only worker processes (it refuses timeout > 0 with num_workers=0).
     ds = fastload.PackedDataset(id_packed("lmdb"), image_size=16)
