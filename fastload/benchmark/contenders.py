@@ -95,8 +95,10 @@ def _drop_files(files: Sequence[str]) -> Callable[[], None]:
 
 
 def torch_rows(baseline: ImageFolderBaseline, batch_size: int, grid: Sequence[tuple[int, int]],
-               cold: bool) -> list[RunSpec]:
-    """torch's DataLoader on the baseline: its defaults, then each ``(num_workers, prefetch_factor)``."""
+               cold: bool, pin_memory: bool = False) -> list[RunSpec]:
+    """torch's DataLoader on the baseline: its defaults, then each ``(num_workers, prefetch_factor)``
+    (with ``pin_memory``, as a careful user feeding a GPU step sets it)."""
+    pinned = ", pin_memory" if pin_memory else ""
     prepare = _drop_files(baseline.files) if cold else None
     size = baseline.mean_size()
     rows = [RunSpec(f"torch {baseline.label}, defaults", "baseline", "folder",
@@ -106,9 +108,9 @@ def torch_rows(baseline: ImageFolderBaseline, batch_size: int, grid: Sequence[tu
         def make(workers: int = workers, prefetch: int = prefetch) -> Any:
             return torch.utils.data.DataLoader(baseline, batch_size=batch_size, shuffle=True,
                                                num_workers=workers, prefetch_factor=prefetch,
-                                               persistent_workers=True)
+                                               persistent_workers=True, pin_memory=pin_memory)
         rows.append(RunSpec(f"torch {baseline.label}, tuned w{workers} pf{prefetch}", "baseline", "folder",
-                            make, f"num_workers={workers}, prefetch_factor={prefetch}, persistent_workers",
+                            make, f"num_workers={workers}, prefetch_factor={prefetch}, persistent_workers{pinned}",
                             size, prepare=prepare))
     return rows
 
@@ -147,9 +149,12 @@ def settings_text(loader: Any) -> str:
 
 
 def fastload_rows(packed: Sequence[Path], batch_size: int, image_size: int, cold: bool,
-                  dali: bool = True, variants: Sequence[dict[str, Any]] = ()) -> list[RunSpec]:
+                  dali: bool = True, variants: Sequence[dict[str, Any]] = (),
+                  device: str | None = None) -> list[RunSpec]:
     """fastload's train pipeline (RandomResizedCrop + flip, uint8 batches) on each packed dataset:
-    auto settings, then each of ``variants`` (explicit DataLoader arguments), then DALI."""
+    auto settings, then each of ``variants`` (explicit DataLoader arguments), then DALI; with
+    ``device``, batches delivered there (a model step on the GPU)."""
+    placed: dict[str, Any] = {"device": device} if device else {}
     from fastload.dataset import PackedDataset
     from fastload.loading.loader import DataLoader
 
@@ -161,7 +166,7 @@ def fastload_rows(packed: Sequence[Path], batch_size: int, image_size: int, cold
 
         def make(path: Path = path, **extra: Any) -> Any:
             ds = PackedDataset(path, image_size=image_size, train=True)
-            return DataLoader(ds, batch_size=batch_size, shuffle=True, **extra)
+            return DataLoader(ds, batch_size=batch_size, shuffle=True, **{**placed, **extra})
         rows.append(RunSpec(f"fastload {manifest.storage}", "fastload", manifest.storage, make,
                             settings_text, size, prepare=prepare))
         for kwargs in variants:

@@ -17,6 +17,7 @@ from fastload.benchmark.monitor import Progress
 from fastload.benchmark.report import BenchReport
 from fastload.benchmark.runs import Limits, ModelStep, RunResult, run_all
 from fastload.benchmark.stages import PackedProbe, Probe, Stage, make_cold, measure_stages
+from fastload.benchmark.training import Headspace, step_device
 from fastload.benchmark.verdict import Evidence, diagnose
 from fastload.config import available_cpus
 
@@ -24,13 +25,14 @@ from fastload.config import available_cpus
 def diagnose_into(report: BenchReport, inputs: Inputs, batch_size: int, image_size: int,
                   duration: float, samples: int | None, cold: bool, model_step: ModelStep,
                   num_workers: int | None, budget: float, shown: Progress,
-                  dataset: torch.utils.data.Dataset | None = None, show_stages: bool = True) -> None:
+                  dataset: torch.utils.data.Dataset | None = None, show_stages: bool = True,
+                  headspace: Headspace | None = None) -> None:
     """Run SRC's loader with the model step, then each stage alone; add the verdict to ``report``."""
     cores = available_cpus()
     if dataset is None:
         dataset = (inputs.baseline if inputs.src_kind == "folder" else
                    packed_dataset(inputs.packed[0], image_size, inputs))
-    spec, probe = loader_spec(dataset, batch_size, num_workers, cores)
+    spec, probe = loader_spec(dataset, batch_size, num_workers, cores, step_device(model_step))
     if cold:
         def prepare() -> None:
             make_cold(probe, range(len(probe)))
@@ -44,14 +46,15 @@ def diagnose_into(report: BenchReport, inputs: Inputs, batch_size: int, image_si
         return
     loader, run.loader = run.loader, None
     judge(report, inputs, probe, loader, run, batch_size, image_size, cold, model_step, budget, shown,
-          show_stages)
+          show_stages, headspace)
 
 
 def judge(report: BenchReport, inputs: Inputs, probe: Probe, loader: Any, run: RunResult,
           batch_size: int, image_size: int, cold: bool, model_step: ModelStep, budget: float,
-          shown: Progress, show_stages: bool) -> None:
+          shown: Progress, show_stages: bool, headspace: Headspace | None = None) -> None:
     """Each stage of ``loader`` alone and the machine's ceilings → the verdict about ``run``'s
-    loader (its stages stay in the report when ``show_stages``)."""
+    loader (its stages stay in the report when ``show_stages``); with a model step, ``run`` ran
+    under it, and ``headspace`` (when measured) is what the step takes alone."""
     cores = available_cpus()
     parallel = _parallelism(loader, cores)
     pinned = bool(getattr(loader, "pin_memory", False))
@@ -79,20 +82,26 @@ def judge(report: BenchReport, inputs: Inputs, probe: Probe, loader: Any, run: R
         loader_rate=run.samples_per_s or None,
         wait_fraction=run.wait_fraction if model_step else None,
         model_step_s=_step_seconds(model_step, run),
+        headspace_rate=headspace.samples_per_s if headspace is not None and headspace.steps else None,
         reduced_decode=isinstance(probe, PackedProbe) and probe.pipeline is not None,
         reduced_decode_s=1.0 / reduced if (reduced := report.ceilings["decode_reduced_per_core"]) else None,
         pinned=pinned if rate else None, dali_installed=_dali_installed(),
         store_bound=store.bound if store else None, store_latency_s=store.latency_s if store else None,
         store_mb_s=store.mb_s if store else None, cached=_cached(probe),
-        dataset_bytes=_dataset_bytes(probe), cache_limit=_cache_limit(probe), cuda=torch.cuda.is_available()))
+        dataset_bytes=_dataset_bytes(probe), cache_limit=_cache_limit(probe), cuda=torch.cuda.is_available(),
+        nvimgcodec_installed=torch.cuda.is_available() and _importable("nvidia.nvimgcodec")))
     report.verdict = replace(verdict, loader=run.name.removeprefix("doctor: "))
 
 
 @functools.cache
 def _dali_installed() -> bool:
     """Whether ``import nvidia.dali`` works here (the install advice is only for when it fails)."""
+    return _importable("nvidia.dali")
+
+
+def _importable(module: str) -> bool:
     try:
-        importlib.import_module("nvidia.dali")
+        importlib.import_module(module)
     except Exception:  # not installed, or installed but broken (CUDA libraries missing, ...)
         return False
     return True
@@ -104,6 +113,8 @@ def _step_seconds(model_step: ModelStep, run: RunResult) -> float | None:
         return None
     if not callable(model_step):
         return float(model_step)
+    if run.step_ms is not None:
+        return run.step_ms / 1e3
     busy = run.seconds * (1.0 - (run.wait_fraction or 0.0))
     return busy / run.batches if run.batches else None
 

@@ -21,12 +21,15 @@ def cache_dir(inputs: Inputs) -> str:
 
 
 def loader_spec(dataset: Any, batch_size: int, num_workers: int | None,
-                cores: int) -> tuple[RunSpec, Probe]:
+                cores: int, device: str | None = None) -> tuple[RunSpec, Probe]:
+    """The loader doctor runs (``device``: where a model step on the GPU wants its batches)."""
     from fastload.dataset import PackedDataset
     from fastload.loading.loader import DataLoader
 
     if isinstance(dataset, PackedDataset):
         kwargs: dict[str, Any] = {} if num_workers is None else {"num_workers": num_workers}
+        if device:
+            kwargs["device"] = device
         spec = RunSpec(f"doctor: {row_name(dataset)}", "fastload", dataset.manifest.storage,
                        lambda: DataLoader(dataset, batch_size=batch_size, shuffle=True, **kwargs),
                        settings_text,
@@ -39,6 +42,8 @@ def loader_spec(dataset: Any, batch_size: int, num_workers: int | None,
                             "(subclass fastload.benchmark.ImageFolderBaseline)")
     workers = cores if num_workers is None else num_workers
     extra: dict[str, Any] = {"persistent_workers": True} if workers else {}
+    if device == "cuda":
+        extra["pin_memory"] = True
     size = dataset.mean_size() if isinstance(dataset, ImageFolderBaseline) else 0.0
     what = ("ImageFolder (folder, Pillow)" if type(dataset) is ImageFolderBaseline else
             "small objects in a store (one GET each, Pillow)" if type(dataset) is StoreObjects

@@ -17,17 +17,19 @@ _COLOURS = {"baseline": "#9e9e9e", "fastload": "#1f77b4", "dali": "#2ca02c", "ra
 
 def write_plot(report: BenchReport, path: str | os.PathLike[str]) -> Path:
     """Horizontal bars: decoded samples/s, raw-read MB/s and (doctor) each stage's samples/s;
-    with repeats, each bar is the median and its whisker the range (min–max) over the repeats."""
+    with repeats, each bar is the median and its whisker the range (min–max) over the repeats.
+    Dashed lines mark the decode ceiling and, under a model step, the step's headspace: a bar
+    short of that line is a loader holding training back."""
     require("matplotlib", "the benchmark chart (--plot)")
     # The object API: no pyplot, so no GUI backend and no global figure state.
     figure_cls = importlib.import_module("matplotlib.figure").Figure
     panels = _panels(report)
     if not panels:
-        panels = [("nothing was measured", [], None, False)]
+        panels = [("nothing was measured", [], [], False)]
     height = sum(1.0 + 0.38 * max(1, len(p[1])) for p in panels)
     fig = figure_cls(figsize=(9, max(2.5, height)), layout="constrained")
     axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
-    for ax, (title, bars, ceiling, log) in zip(axes, panels):
+    for ax, (title, bars, marks, log) in zip(axes, panels):
         names = [b[0] for b in bars][::-1]
         values = [b[1] for b in bars][::-1]
         colours = [_COLOURS.get(b[2], "#1f77b4") for b in bars][::-1]
@@ -38,9 +40,9 @@ def write_plot(report: BenchReport, path: str | os.PathLike[str]) -> Path:
         for y, (v, (lo, hi)) in enumerate(zip(values, spans)):
             span = f" ({_num(lo)}–{_num(hi)})" if lo != hi else ""
             ax.text(max(v, hi), y, f" {_num(v)}{span}", va="center", fontsize=8)
-        if ceiling is not None:
-            ax.axvline(ceiling[1], color="#d62728", linestyle="--", linewidth=1)
-            ax.text(ceiling[1], -0.5, f" {ceiling[0]}", color="#d62728", fontsize=8, va="bottom")
+        for k, (label, value, colour) in enumerate(marks):
+            ax.axvline(value, color=colour, linestyle="--", linewidth=1)
+            ax.text(value, -0.5 + 0.35 * k, f" {label}", color=colour, fontsize=8, va="bottom")
         if log:  # stage rates span orders of magnitude (collate is nearly free)
             ax.set_xscale("log")
         ax.set_title(title, fontsize=10, loc="left")
@@ -59,7 +61,8 @@ def write_plot(report: BenchReport, path: str | os.PathLike[str]) -> Path:
 
 
 Bar = tuple[str, float, str, tuple[float, float]]  # name, value (median), kind, (min, max)
-Panel = tuple[str, list[Bar], tuple[str, float] | None, bool]  # title, bars, marked line, log scale
+Mark = tuple[str, float, str]  # a dashed line: label, value, colour
+Panel = tuple[str, list[Bar], list[Mark], bool]  # title, bars, marked lines, log scale
 
 
 def _panels(report: BenchReport) -> list[Panel]:
@@ -69,15 +72,20 @@ def _panels(report: BenchReport) -> list[Panel]:
     c: dict[str, Any] = report.ceilings or {}
     panels: list[Panel] = []
     if decoded:
-        ceiling = ("decode ceiling", c["decode_ceiling"]) if c.get("decode_ceiling") else None
-        panels.append(("train pipeline, samples/s (higher is better)", decoded, ceiling, False))
+        marks: list[Mark] = [("decode ceiling", c["decode_ceiling"], "#d62728")] if c.get("decode_ceiling") else []
+        title = "train pipeline, samples/s (higher is better)"
+        if report.headspace is not None:
+            marks.append((f"model headspace ({report.headspace.step})", report.headspace.samples_per_s, "#9467bd"))
+            title = "training under the model step, samples/s (the headspace: the step alone)"
+        panels.append((title, decoded, marks, False))
     if raw:
-        disk = ("sequential disk", c["disk_sequential_mb_s"]) if c.get("disk_sequential_mb_s") else None
+        disk: list[Mark] = ([("sequential disk", c["disk_sequential_mb_s"], "#d62728")]
+                            if c.get("disk_sequential_mb_s") else [])
         panels.append(("raw shuffled reads, MB/s", raw, disk, False))
     if report.stages:
         bars = [(f"{s.name} ×{s.parallel}", rate, "fastload", (rate, rate))
                 for s in report.stages if s.seconds_per_sample > 0 for rate in [s.parallel / s.seconds_per_sample]]
-        panels.append(("stages alone, samples/s at this loader's parallelism (log scale)", bars, None, True))
+        panels.append(("stages alone, samples/s at this loader's parallelism (log scale)", bars, [], True))
     return panels
 
 

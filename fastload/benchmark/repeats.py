@@ -25,6 +25,7 @@ def combine(results: Sequence[RunResult]) -> RunResult:
     measured = [r for r in results if r.status in ("ok", "partial") and r.samples and r.seconds > 0]
     rates = [r.samples_per_s for r in measured]
     waits = [r.wait_fraction for r in measured if r.wait_fraction is not None]
+    steps = [r.step_ms for r in measured if r.step_ms is not None]
     peaks = [r.peak_rss_mb for r in results if r.peak_rss_mb is not None]
     row = replace(results[0], status=worst.status, note=worst.note,
                   samples=sum(r.samples for r in results), batches=sum(r.batches for r in results),
@@ -32,6 +33,7 @@ def combine(results: Sequence[RunResult]) -> RunResult:
                   samples_per_s=statistics.median(rates) if rates else 0.0,
                   mb_per_s=statistics.median(r.mb_per_s for r in measured) if measured else 0.0,
                   wait_fraction=statistics.median(waits) if waits else None,
+                  step_ms=statistics.median(steps) if steps else None,
                   peak_rss_mb=max(peaks) if peaks else None,
                   median=statistics.median(rates) if rates else None,
                   min=min(rates) if rates else None, max=max(rates) if rates else None,

@@ -25,6 +25,12 @@ and :func:`validate` checks a document against it. Rates are per second of timed
   ``batches`` and ``seconds`` their sums. ``median``, ``min``, ``max`` (samples/s over the
   repeats; null when none delivered), ``per_repeat`` and ``per_repeat_mb_s`` (each repeat's
   samples/s and MB/s, in order) were added later in /1: older documents lack them.
+  ``step_ms`` (optional, added later in /1): under a model step, its mean time per batch in that
+  row's loop (null or absent without one; raw rows never run the step).
+- ``headspace`` (optional, added later in /1; null or absent without a model step): ``step``
+  (the step in words), ``device``, ``samples_per_s`` and ``step_ms`` of the step alone on one
+  batch already on its device, ``steps`` timed (0 for a slept stand-in, whose rate is by
+  construction). ``config.model`` names a ``--model`` (null: none).
 - ``reference``: ``pipeline`` (the best torch row: what decoded rows' ``speedup`` divides by)
   and ``raw`` (the small-file raw row, for raw rows), each a row name or null.
 - ``ceilings`` (null when not measured): ``decode_per_core`` (full-size decode, images/s on one
@@ -64,8 +70,9 @@ from typing import Any
 
 from fastload.benchmark.repeats import paired_ratio
 from fastload.benchmark.result import RunResult
-from fastload.benchmark.text import format_report
 from fastload.benchmark.stages import Stage
+from fastload.benchmark.text import format_report
+from fastload.benchmark.training import Headspace
 from fastload.benchmark.verdict import Verdict
 
 SCHEMA_ID = "fastload-bench/1"
@@ -101,7 +108,7 @@ SCHEMA: dict[str, Any] = _obj({
         "settings": _STR, "note": _STR_OR_NULL},
         optional={"median": _NUM_OR_NULL, "min": _NUM_OR_NULL, "max": _NUM_OR_NULL,
                   "per_repeat": {"type": "array", "items": _NUM},
-                  "per_repeat_mb_s": {"type": "array", "items": _NUM}})},
+                  "per_repeat_mb_s": {"type": "array", "items": _NUM}, "step_ms": _NUM_OR_NULL})},
     "reference": _obj({"pipeline": _STR_OR_NULL, "raw": _STR_OR_NULL}),
     "ceilings": {"type": ["object", "null"], "additionalProperties": {"type": ["number", "null"]},
                  "required": ["decode_per_core", "cores", "decode_ceiling", "memcpy_mb_s"]},
@@ -117,7 +124,11 @@ SCHEMA: dict[str, Any] = _obj({
                                "loader": _STR_OR_NULL, "doubt": _STR_OR_NULL},
                 "additionalProperties": False},
     "notes": {"type": "array", "items": _STR},
-}, optional={"skipped": {"type": "array", "items": _obj({"path": _STR, "reason": _STR})}})
+}, optional={"skipped": {"type": "array", "items": _obj({"path": _STR, "reason": _STR})},
+             "headspace": {"type": ["object", "null"], "required": ["step", "samples_per_s", "step_ms"],
+                           "properties": {"step": _STR, "device": _STR, "samples_per_s": _NUM,
+                                          "step_ms": _NUM, "steps": _INT},
+                           "additionalProperties": False}})
 
 
 def validate(doc: Any, schema: dict[str, Any] = SCHEMA, where: str = "$") -> list[str]:
@@ -192,6 +203,7 @@ class BenchReport:
     notes: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason): left out of every row
     reference: dict[str, str | None] = field(default_factory=lambda: {"pipeline": None, "raw": None})
+    headspace: Headspace | None = None  # the model step alone, on batches already on its device
     machine: dict[str, Any] = field(default_factory=machine)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
@@ -218,6 +230,8 @@ class BenchReport:
             "runs": [r.as_dict() for r in self.runs], "reference": self.reference,
             "ceilings": self.ceilings, "stages": [s.as_dict() for s in self.stages],
             "verdict": self.verdict.as_dict() if self.verdict else None, "notes": self.notes}
+        if self.headspace is not None:
+            doc["headspace"] = self.headspace.as_dict()
         if self.skipped:
             doc["skipped"] = [{"path": path, "reason": why} for path, why in self.skipped]
         return _finite(doc)

@@ -23,6 +23,7 @@ class RunResult:
     samples_per_s: float = 0.0
     mb_per_s: float = 0.0
     wait_fraction: float | None = None
+    step_ms: float | None = None  # under a model step: its mean time per batch in this row's loop
     peak_rss_mb: float | None = None
     speedup: float | None = None
     settings: str = ""

@@ -26,7 +26,8 @@ from fastload.loading.stats import batch_size_of
 __all__ = ["Limits", "ModelStep", "RunKind", "RunResult", "RunSpec", "Status", "run_all", "timed_run"]
 
 ModelStep = Callable[[Any], None] | float | None
-"""A stand-in training step: seconds to sleep (a GPU step leaves the CPU free), or a callable."""
+"""A training step run after each decoded batch: seconds to sleep (a stand-in: a GPU step leaves
+the CPU free), or a callable given the batch (a :class:`~.training.TrainStep` runs a real one)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ def timed_run(spec: RunSpec, limits: Limits, *, model_step: ModelStep = None,
         return result
     memory = MemoryPeak()
     clock = _Clock(_fit_warmup(limits, loader))
+    clock.stepping = bool(model_step)
     nbytes = 0
     try:
         while not clock.done():
@@ -95,8 +97,9 @@ def timed_run(spec: RunSpec, limits: Limits, *, model_step: ModelStep = None,
                     n = batch_size_of(batch)
                     nbytes += spec.batch_bytes(batch) if spec.batch_bytes else int(n * spec.bytes_per_sample)
                     clock.count(n)
+                started = time.perf_counter()
                 run_model_step(model_step, batch)
-                clock.step_done()
+                clock.step_done(time.perf_counter() - started)
                 memory.sample()
                 if progress is not None:
                     progress.update(spec.name, clock)
@@ -141,9 +144,9 @@ def run_all(specs: Iterable[RunSpec], limits: Limits | Callable[[RunSpec], Limit
                 progress.start(name, rep * len(specs) + k, repeats * len(specs))
             result = RunResult(spec.name, spec.kind, spec.source, status="partial", note="interrupted")
             done[k].append(result)
-            try:
-                timed_run(spec, limits(spec) if callable(limits) else limits, model_step=model_step,
-                          progress=progress, into=result)
+            try:  # raw reads yield payload sizes, not images: no step runs on them
+                timed_run(spec, limits(spec) if callable(limits) else limits,
+                          model_step=None if spec.kind == "raw" else model_step, progress=progress, into=result)
             except KeyboardInterrupt:
                 interrupted = True
             finally:
@@ -179,6 +182,8 @@ def _fill(result: RunResult, clock: _Clock, nbytes: int, memory: MemoryPeak, sta
         result.samples_per_s = result.samples / result.seconds
         result.mb_per_s = nbytes / 1e6 / result.seconds
         result.wait_fraction = min(1.0, clock.wait / result.seconds)
+    if clock.stepping and clock.batches:
+        result.step_ms = 1e3 * clock.stepped / clock.batches
     if result.samples and result.seconds > 0:
         result.median = result.min = result.max = result.samples_per_s
         result.per_repeat, result.per_repeat_mb_s = [result.samples_per_s], [result.mb_per_s]
@@ -207,7 +212,8 @@ class _Clock:
         self.t0: float | None = None if limits.warmup else time.perf_counter()
         self.last: float | None = self.t0
         self.samples = self.batches = 0
-        self.wait = 0.0
+        self.wait = self.stepped = 0.0
+        self.stepping = False  # a model step ran: stepped is its time
 
     @property
     def timing(self) -> bool:
@@ -221,8 +227,10 @@ class _Clock:
         self.samples += n
         self.batches += 1
 
-    def step_done(self) -> None:
+    def step_done(self, step_seconds: float = 0.0) -> None:
         now = time.perf_counter()
+        if self.timing:
+            self.stepped += step_seconds
         if self.warmup_left:
             self.warmup_left -= 1
             if not self.warmup_left:

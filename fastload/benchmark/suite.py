@@ -1,10 +1,10 @@
 """``bench`` and ``doctor``: the two measurements, from SRC to a report.
 
-bench:  SRC → inputs (unreadable files left out) → contenders side by side, repeated and
-        interleaved (runs) → each stage alone of the loader the user will run → ceilings
-        → verdict → report
-doctor: SRC → the loader it would use, run with a stand-in training step → each stage alone
-        → ceilings → verdict → report
+bench:  SRC → inputs (unreadable files left out) → [the model step alone: its headspace] →
+        contenders side by side, repeated and interleaved (runs; decoded rows under the step)
+        → each stage alone of the loader the user will run → ceilings → verdict → report
+doctor: SRC → [the step's headspace] → the loader it would use, run under the training step
+        → each stage alone → ceilings → verdict → report
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from fastload.benchmark.report import BenchReport
 from fastload.benchmark.resolve import resolve
 from fastload.benchmark.runs import Limits, ModelStep, RunKind, RunResult, RunSpec, run_all
 from fastload.benchmark.stages import sample_records
+from fastload.benchmark.training import StepFn, headspace_of, step_device, training_step
 from fastload.config import available_cpus
 
 
@@ -45,7 +46,8 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
           fastload_variants: Sequence[dict[str, Any]] = (), only: Collection[str] | None = None,
           temp_pack: int = 2000, work: str | os.PathLike[str] | None = None,
           stage_budget: float = 0.5, measure_ceilings: bool = True, repeats: int = 1,
-          progress: bool | None = None, storage_options: dict[str, Any] | None = None) -> BenchReport:
+          progress: bool | None = None, storage_options: dict[str, Any] | None = None,
+          model: str | None = None, step: StepFn | None = None) -> BenchReport:
     """Every contender on the same records, side by side; see :mod:`fastload.benchmark`.
 
     Args:
@@ -53,8 +55,13 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
         duration, samples: bound each row: timed seconds, and samples after the warm-up.
         cold: drop every file from the page cache before each run (one pass at most per run).
         stages: keep the stage timings behind the verdict in the report (the table shows them).
-        model_step: a training step (seconds, or a callable): the loader the verdict is about
-            runs once more with it, as ``doctor`` does, for the data-wait fraction.
+        model: a torchvision model name (``"resnet50"``): its training step (bf16 autocast and
+            channels-last on CUDA, float32 on the CPU) runs after every decoded batch; its
+            headspace, the step alone on a batch already on the device, is measured first, and
+            the verdict says whether the loader or the model bounds training. Needs torchvision.
+        step: your ``fn(images, labels)`` running one training step, instead of ``model``.
+        model_step: a stand-in step instead: seconds slept after each batch (a GPU step leaves
+            the CPU free), or a callable given the batch.
         torch_grid: ``(num_workers, prefetch_factor)`` pairs for the tuned torch rows
             (default: one worker per core, prefetch 4).
         dali: add the DALI backend row after each fastload row (skipped with a note without DALI).
@@ -79,27 +86,33 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
     if repeats < 1:
         raise ValueError(f"repeats={repeats}: must be at least 1")
     cores = available_cpus()
-    config = _config(src, packed, batch_size, image_size, duration, samples, cold, model_step)
+    train = training_step(model, step, model_step)
+    config = _config(src, packed, batch_size, image_size, duration, samples, cold, train, model)
     config["repeats"] = repeats
     shown = Progress(progress)
     with resolve(src, packed, image_size=image_size, temp_pack=temp_pack, work=work,
                  storage_options=storage_options) as inputs:
         config["packed"] = [str(p) for p in inputs.packed]
         specs = _specs(inputs, include, batch_size, image_size, cold, torch_grid or [(cores, 4)], dali,
-                       fastload_variants)
+                       fastload_variants, step_device(train))
         if only is not None:
             specs = [spec for spec in specs if spec.name in only]
-        runs, interrupted = run_all(specs, Limits(duration, samples, one_epoch=cold), progress=shown,
-                                    repeats=repeats)
+        if train:
+            shown.note("timing the model step alone (its headspace)")
+        headspace = headspace_of(train, batch_size, image_size, min(duration, 2.0))
+        runs, interrupted = run_all(specs, Limits(duration, samples, one_epoch=cold), model_step=train,
+                                    progress=shown, repeats=repeats)
         report = BenchReport("bench", config, runs, notes=list(inputs.notes), interrupted=interrupted,
-                             skipped=list(inputs.skipped))
+                             skipped=list(inputs.skipped), headspace=headspace)
         if inputs.baseline is None:
             report.notes.append("no image folder to compare with: pass the folder as SRC and the "
                                 "dataset with --packed")
         report.compute_speedups()
         report.notes += connector_notes(report.runs)
+        if not train and measure_ceilings:
+            report.notes.append(NO_STEP_NOTE)
         try:
-            if not interrupted and (model_step or measure_ceilings):
+            if not interrupted and (train or measure_ceilings):
                 target = _target(inputs, specs, report, image_size)
                 if target is None:  # that loader's row was not run, or delivered nothing
                     shown.note("measuring the machine's ceilings")
@@ -109,14 +122,10 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
                                                budget=stage_budget, image_size=image_size,
                                                batch_size=batch_size,
                                                sequential_files=sequential(inputs, cold))
-                elif model_step:
-                    diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold,
-                                  model_step, None, stage_budget, shown, dataset=target[0],
-                                  show_stages=stages)
-                else:
+                else:  # its row ran under the step, if any
                     dataset, spec, row = target
                     judge(report, inputs, probe_of(dataset), spec.make(), row, batch_size, image_size,
-                          cold, None, stage_budget, shown, show_stages=stages)
+                          cold, train, stage_budget, shown, show_stages=stages, headspace=headspace)
         except KeyboardInterrupt:
             report.interrupted = True
         finally:
@@ -126,7 +135,7 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
 
 def _specs(inputs: Inputs, include: Collection[RunKind], batch_size: int, image_size: int, cold: bool,
            grid: Sequence[tuple[int, int]], dali: bool,
-           variants: Sequence[dict[str, Any]]) -> list[RunSpec]:
+           variants: Sequence[dict[str, Any]], device: str | None) -> list[RunSpec]:
     """Every row, in the table's order: torch, raw reads, fastload; local and in a store."""
     local = [p for p in inputs.packed if isinstance(p, Path)]
     stored = [p for p in inputs.packed if not isinstance(p, Path)]
@@ -134,7 +143,7 @@ def _specs(inputs: Inputs, include: Collection[RunKind], batch_size: int, image_
     folder = None if objects is not None else inputs.baseline
     specs: list[RunSpec] = []
     if inputs.baseline is not None and "baseline" in include:
-        specs += torch_rows(inputs.baseline, batch_size, grid, cold)
+        specs += torch_rows(inputs.baseline, batch_size, grid, cold, pin_memory=device == "cuda")
     if "raw" in include:
         specs += raw_rows(folder, local, batch_size, cold) + store_raw_rows(objects, batch_size)
         for url in stored:
@@ -144,7 +153,8 @@ def _specs(inputs: Inputs, include: Collection[RunKind], batch_size: int, image_
         specs += connector  # AWS's connector on the same store, when it is installed
         inputs.notes += notes
     if "fastload" in include:
-        specs += fastload_rows(local, batch_size, image_size, cold, dali=dali, variants=variants)
+        specs += fastload_rows(local, batch_size, image_size, cold, dali=dali, variants=variants,
+                               device=device)
         for url in stored:
             specs += store_rows(url, inputs.storage_options, cache_dir(inputs), batch_size, image_size,
                                 raw=False)
@@ -156,8 +166,9 @@ def doctor(src: str | os.PathLike[str] | torch.utils.data.Dataset, *, batch_size
            image_size: int = 224, num_workers: int | None = None, duration: float = 5.0,
            samples: int | None = None, cold: bool = False, model_step: ModelStep = None,
            stage_budget: float = 0.5, progress: bool | None = None,
-           storage_options: dict[str, Any] | None = None) -> BenchReport:
-    """Time each stage of SRC's loader alone, run it with a stand-in training step, name the bottleneck.
+           storage_options: dict[str, Any] | None = None, model: str | None = None,
+           step: StepFn | None = None) -> BenchReport:
+    """Time each stage of SRC's loader alone, run it under a training step, name the bottleneck.
 
     Args:
         src: an image folder (diagnosed as ImageFolder + torch's DataLoader), a packed dataset
@@ -166,22 +177,30 @@ def doctor(src: str | os.PathLike[str] | torch.utils.data.Dataset, *, batch_size
             :class:`~fastload.benchmark.ImageFolderBaseline` has.
         num_workers: the folder loader's workers (default: one per core); for a packed dataset,
             None keeps fastload's auto settings.
-        model_step: seconds of a training step (slept: a GPU step leaves the CPU free), or a
+        model, step: the training step the loader runs under, as in :func:`bench`: a torchvision
+            model name, or your ``fn(images, labels)``; its headspace is measured first, and the
+            verdict says whether the loader or the model bounds training, and by how much.
+        model_step: a stand-in step instead: seconds slept (a GPU step leaves the CPU free), or a
             callable run on each batch; the report then shows how long the loop waits for data.
+            Without any step the verdict is about the data alone, and a note says so.
         storage_options: the object store's options when ``src`` is a URL (small objects, or a
             dataset in a store, read through an empty temporary node cache: a first epoch).
     """
     _check(batch_size, duration, samples)
+    train = training_step(model, step, model_step)
     config = _config(src if not isinstance(src, torch.utils.data.Dataset) else type(src).__name__, (),
-                     batch_size, image_size, duration, samples, cold, model_step)
+                     batch_size, image_size, duration, samples, cold, train, model)
     config["num_workers"] = num_workers
     shown = Progress(progress)
-    report = BenchReport("doctor", config, [])
+    report = BenchReport("doctor", config, [], notes=[] if train else [NO_STEP_NOTE])
     try:
+        if train:
+            shown.note("timing the model step alone (its headspace)")
+        report.headspace = headspace_of(train, batch_size, image_size, min(duration, 2.0))
         if isinstance(src, torch.utils.data.Dataset):
             inputs = Inputs(Path("."), "dataset", None, [])
-            diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold, model_step,
-                          num_workers, stage_budget, shown, dataset=src)
+            diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold, train,
+                          num_workers, stage_budget, shown, dataset=src, headspace=report.headspace)
         else:
             with resolve(src, image_size=image_size, pack_missing=False,
                          storage_options=storage_options) as inputs:
@@ -189,7 +208,7 @@ def doctor(src: str | os.PathLike[str] | torch.utils.data.Dataset, *, batch_size
                     report.skipped = list(inputs.skipped)
                     report.notes.append(skipped_note(inputs.skipped))
                 diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold,
-                              model_step, num_workers, stage_budget, shown)
+                              train, num_workers, stage_budget, shown, headspace=report.headspace)
     except KeyboardInterrupt:
         report.interrupted = True
     finally:
@@ -225,11 +244,16 @@ def _check(batch_size: int, duration: float, samples: int | None) -> None:
 
 
 def _config(src: Any, packed: Sequence[Any], batch_size: int, image_size: int, duration: float,
-            samples: int | None, cold: bool, model_step: ModelStep) -> dict[str, Any]:
+            samples: int | None, cold: bool, model_step: ModelStep, model: str | None) -> dict[str, Any]:
     step_ms = model_step * 1e3 if isinstance(model_step, (int, float)) and model_step else None
     return {"source": str(src), "packed": [str(p) for p in packed], "batch_size": batch_size,
             "image_size": image_size, "duration_s": duration, "samples": samples, "cold": cold,
-            "model_step_ms": step_ms, "model_step_callable": callable(model_step)}
+            "model_step_ms": step_ms, "model_step_callable": callable(model_step), "model": model}
+
+
+NO_STEP_NOTE = ("data alone: no training step was given, so whether the loader or the model bounds "
+                "training was not measured; pass --model NAME (a torchvision model) or, from Python, "
+                "step=fn(images, labels) (--model-step-ms stands in with a sleep)")
 
 
 __all__ = ["RunResult", "bench", "doctor"]

@@ -22,11 +22,12 @@ class BenchReport(Protocol):
     notes: list[str]
     reference: dict[str, str | None]
     machine: dict[str, Any]
+    headspace: Any  # training.Headspace or None
 
 
 def format_report(report: BenchReport, *, markdown: bool = False) -> str:
-    """The whole report: header, rows, ceilings, stages, verdict, notes."""
-    parts = [_header(report), _rows(report, markdown)]
+    """The whole report: header, rows (and what each ratio is of), ceilings, stages, verdict, notes."""
+    parts = [_header(report), _rows(report, markdown), _legend(report)]
     if report.ceilings:
         parts.append(_ceilings(report.ceilings))
     if report.stages:
@@ -46,7 +47,9 @@ def _header(report: BenchReport) -> str:
     repeats = c.get("repeats", 1)
     bound += (f" per run, {repeats} runs per row interleaved (median, min–max)" if repeats > 1
               else " per row")
+    headspace = report.headspace
     step = (f", model step {c['model_step_ms']:g} ms" if c.get("model_step_ms") else
+            f", model step: {headspace.step}" if headspace is not None else
             ", model step: a callable" if c.get("model_step_callable") else "")
     return (f"fastload {report.command}: {c['source']}; batches of {c['batch_size']}, "
             f"{c['image_size']} px train crops, {cache}, {bound}{step}\n"
@@ -57,12 +60,21 @@ def _header(report: BenchReport) -> str:
 
 def _rows(report: BenchReport, markdown: bool) -> str:
     waits = bool(report.config.get("model_step_ms") or report.config.get("model_step_callable"))
+    headspace = report.headspace
     refs = {name for name in report.reference.values() if name}
     speeds = bool(refs)
     spread = report.config.get("repeats", 1) > 1
     head = ["run", "samples/s", *(["min–max"] if spread else []), "MB/s", *(["× ref"] if speeds else []),
-            *(["data wait"] if waits else []), "peak MB", "settings"]
-    lines = [_cells(r, r.name in refs, speeds, waits, spread) for r in report.runs]
+            *(["data wait", "step ms"] if waits else []), *(["× headspace"] if headspace else []),
+            "peak MB", "settings"]
+    lines = [_cells(r, r.name in refs, speeds, waits, spread, headspace, _disagrees(report, r))
+             for r in report.runs]
+    if headspace is not None:
+        blank = [""] * (spread + 1 + speeds)
+        lines.insert(0, [f"headspace: {headspace.step}", f"{headspace.samples_per_s:.0f}", *blank,
+                         *(["", f"{headspace.step_ms:.1f}"] if waits else []), "1.00x", "",
+                         "the step alone, on one batch already on the device" if headspace.steps
+                         else "the stand-in's own rate: batch size / its sleep"])
     if markdown:
         out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 2) + "---|"]
         return "\n".join(out + ["| " + " | ".join(cells) + " |" for cells in lines])
@@ -73,16 +85,72 @@ def _rows(report: BenchReport, markdown: bool) -> str:
                      for row in [head, *lines])
 
 
-def _cells(r: RunResult, is_ref: bool, speeds: bool, waits: bool, spread: bool) -> list[str]:
-    blank = [""] * (speeds + waits + spread)
+def _cells(r: RunResult, is_ref: bool, speeds: bool, waits: bool, spread: bool, headspace: Any,
+           disagrees: bool) -> list[str]:
+    blank = [""] * (speeds + 2 * waits + spread + bool(headspace))
     if r.status in ("skipped", "failed") or not r.samples:
         return [r.name, r.status, "", *blank, "", _one_line(r.note)]
-    speed = ["ref" if is_ref else (f"{r.speedup:.2f}x" if r.speedup is not None else "")] if speeds else []
-    wait = [f"{r.wait_fraction:.0%}" if r.wait_fraction is not None else ""] if waits else []
+    mark = "?" if disagrees else ""
+    speed = ["ref" if is_ref else (f"{r.speedup:.2f}x{mark}" if r.speedup is not None else "")] if speeds else []
+    wait = [f"{r.wait_fraction:.0%}" if r.wait_fraction is not None else "",
+            f"{r.step_ms:.1f}" if r.step_ms is not None else ""] if waits else []
+    share = ([f"{r.samples_per_s / headspace.samples_per_s:.2f}x" if r.kind != "raw" else ""]
+             if headspace else [])
     settings = r.settings + (f" [{r.status}: {r.note}]" if r.status != "ok" else "")
     rss = f"{r.peak_rss_mb:.0f}" if r.peak_rss_mb else ""
     span = [f"{r.min:.0f}–{r.max:.0f}" if r.min is not None and r.max is not None else ""] if spread else []
-    return [r.name, f"{r.samples_per_s:.0f}", *span, f"{r.mb_per_s:.1f}", *speed, *wait, rss, settings]
+    return [r.name, f"{r.samples_per_s:.0f}", *span, f"{r.mb_per_s:.1f}", *speed, *wait, *share, rss, settings]
+
+
+def _reference_of(report: BenchReport, r: RunResult) -> tuple[RunResult | None, str]:
+    """The row ``r``'s ``× ref`` divides by, and the rate it compares (raw rows: MB/s)."""
+    name = report.reference.get("raw" if r.kind == "raw" else "pipeline")
+    ref = next((x for x in report.runs if x.name == name), None)
+    return ref, "mb_per_s" if r.kind == "raw" else "samples_per_s"
+
+
+def _disagrees(report: BenchReport, r: RunResult) -> bool:
+    """``r``'s paired ratio and the ratio of its median to the reference's fall on opposite
+    sides of 1: the runs varied more than the rows differ, so neither says which is faster."""
+    ref, attr = _reference_of(report, r)
+    if r.speedup is None or ref is None or ref is r or not getattr(ref, attr):
+        return False
+    of_medians = getattr(r, attr) / getattr(ref, attr)
+    return (r.speedup - 1) * (of_medians - 1) < 0
+
+
+def _legend(report: BenchReport) -> str:
+    """What each ratio in the table is a ratio of."""
+    lines = []
+    paired = ("run by run (each run's ratio to the same round's run of it), the median of those"
+              if report.config.get("repeats", 1) > 1 else "in the same run")
+    if report.reference.get("pipeline"):
+        lines.append(f"× ref: a row's samples/s over those of {report.reference['pipeline']!r} (ref), {paired}")
+    if report.reference.get("raw"):
+        lines.append(f"× ref of raw reads: a row's MB/s over that of {report.reference['raw']!r}, {paired}")
+    for r in report.runs:
+        if _disagrees(report, r):
+            ref, attr = _reference_of(report, r)
+            if ref is None:
+                continue
+            unit = "MB/s" if attr == "mb_per_s" else "samples/s"
+            lines.append(f"? {r.name}: its median {unit} is {getattr(r, attr) / getattr(ref, attr):.2f}x "
+                         f"{ref.name!r}'s, its runs paired one by one {r.speedup:.2f}x: the runs varied more "
+                         "than the rows differ, so neither is known faster; re-run with more --repeats "
+                         "on a quieter machine")
+    headspace = report.headspace
+    if headspace is not None:
+        lines.append(f"× headspace: a row's samples/s under the step over the step's own "
+                     f"{headspace.samples_per_s:.0f} samples/s on a batch already on the device (1.00x: "
+                     "the loader keeps the model busy); data wait: the loop's time inside next(); "
+                     "step ms: the step's time per batch in that row's loop")
+        above = [r.name for r in report.runs if r.samples and r.kind != "raw" and r.samples_per_s > 1.1 * headspace.samples_per_s]
+        if above and headspace.steps:
+            lines.append(f"? {', '.join(above)}: above the headspace, which cannot be: the step alone was timed "
+                         "slower than in the loop (a busy machine); re-run on a quieter one")
+    elif report.config.get("model_step_ms") or report.config.get("model_step_callable"):
+        lines.append("data wait: the loop's time inside next(); step ms: the step's time per batch")
+    return "\n".join(lines)
 
 
 def _one_line(note: str | None) -> str:

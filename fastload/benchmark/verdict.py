@@ -5,6 +5,8 @@ cases. The model: a loader runs each sample through its stages; a stage that tak
 seconds per sample and runs ``p`` at once can deliver ``p / s`` samples/s (CPU stages at most
 one per core). The stage group (I/O, CPU, transfer) that can deliver the fewest samples/s is the
 bottleneck, unless a training step is given and the loop barely waits for data: then the model is.
+With a step, the verdict also says which one bounds training and by how much: the rate under the
+step against the step's headspace (its own rate on batches already on the device).
 """
 
 from __future__ import annotations
@@ -38,9 +40,12 @@ class Evidence:
         cores: cores available to the loader.
         batch_size: samples per batch (turns a model step into samples/s).
         source: ``"folder"`` (small files) or ``"packed"`` (fastload shards).
-        loader_rate: samples/s the loader delivered end to end (None: not run).
+        loader_rate: samples/s the loader delivered end to end (None: not run); under a step, the
+            training loop's rate.
         wait_fraction: share of the loop's time spent waiting for data, measured with the step.
-        model_step_s: the training step stood in for (None: none given).
+        model_step_s: the training step's time per batch in the loop (None: none given).
+        headspace_rate: samples/s of the step alone on batches already on its device (None: not
+            measured; a slept stand-in's is ``batch_size / model_step_s``).
         reduced_decode: the loader already decodes JPEGs at reduced scale.
         reduced_decode_s: seconds per sample of fastload's reduced-scale decode + crop on these
             images (None: not measured); advised only when faster than decode + transform now.
@@ -52,7 +57,8 @@ class Evidence:
         cached: a dataset in a store is read through a node cache.
         dataset_bytes: the data's size (what a cache needs to hold it all).
         cache_limit: the bytes the node cache may hold (None: no cache, or not in a store).
-        cuda: a CUDA device is here (GPU decode with DALI is advice only then).
+        cuda: a CUDA device is here (GPU decode is advice only then).
+        nvimgcodec_installed: nvImageCodec imports here: GPU decode is ``backend='nvimgcodec'``.
     """
 
     stages: Sequence[StageLike]
@@ -62,6 +68,7 @@ class Evidence:
     loader_rate: float | None = None
     wait_fraction: float | None = None
     model_step_s: float | None = None
+    headspace_rate: float | None = None
     reduced_decode: bool = False
     reduced_decode_s: float | None = None
     pinned: bool | None = None
@@ -73,6 +80,7 @@ class Evidence:
     dataset_bytes: int | None = None
     cache_limit: int | None = None
     cuda: bool = False
+    nvimgcodec_installed: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,32 +125,44 @@ def diagnose(e: Evidence) -> Verdict:
             DECODE_SHARE * load["cpu"]:
         worst = decode[0]  # a resize of the full-size image is decode's cost too: draft fixes both
     wait = e.wait_fraction
-    if e.model_step_s:
-        model_rate = e.batch_size / e.model_step_s
+    model_rate = e.headspace_rate or (e.batch_size / e.model_step_s if e.model_step_s else None)
+    if model_rate:
         data_rate = e.loader_rate or predicted or 0.0
         waits_little = wait <= MODEL_BOUND_WAIT if wait is not None else data_rate >= 1.1 * model_rate
         if waits_little:
-            return Verdict("model", "model-bound", None, _model_reason(e, wait, data_rate, model_rate),
-                           _MODEL_ADVICE, capacities, predicted, wait)
+            slowed = _slowed(e)
+            label = ("model-bound, the step slowed by the loader" if slowed and slowed >= SHARED_SLOWDOWN
+                     else "model-bound")
+            return Verdict("model", label, None, _model_reason(e, wait, data_rate, model_rate),
+                           _model_advice(e), capacities, predicted, wait)
     reason = _reason(e, group, worst, load, predicted)
+    if model_rate and e.loader_rate:
+        reason = _loader_bound(e, model_rate) + "; " + reason
     label = (f"I/O-bound (object store, {e.store_bound}-bound)" if group == "io" and e.store_bound
              else _label(group, worst.name))
     return Verdict(group, label, worst.name, reason,  # type: ignore[arg-type]
-                   _advice(e, group, worst), capacities, predicted, wait, doubt=_doubt(e, capacities))
+                   _advice(e, group, worst), capacities, predicted, wait,
+                   doubt=_doubt(e, capacities, predicted))
 
 
-def _doubt(e: Evidence, capacities: dict[str, float]) -> str | None:
+def _doubt(e: Evidence, capacities: dict[str, float], predicted: float | None) -> str | None:
     """Why the verdict is unsure: a stage whose measured limit is below the rate the loader
-    delivered end to end cannot be what held it back, so the stage timings contradict the run."""
+    delivered end to end cannot be what held it back, so the stage timings contradict the run;
+    nor can stages that together allow less than it delivered."""
     if not e.loader_rate:
         return None
     below = {g: c for g, c in capacities.items() if c < e.loader_rate / DOUBT_MARGIN}
-    if not below:
-        return None
-    group, limit = min(below.items(), key=lambda item: item[1])
-    return (f"unsure: timed alone, {group} allows {limit:.0f} samples/s, yet the loader delivered "
-            f"{e.loader_rate:.0f}: the stage timings do not add up (a busy machine, or stages that overlap "
-            "more than assumed); re-run on a quiet machine, and take this verdict as a hint")
+    if below:
+        group, limit = min(below.items(), key=lambda item: item[1])
+        return (f"unsure: timed alone, {group} allows {limit:.0f} samples/s, yet the loader delivered "
+                f"{e.loader_rate:.0f}: the stage timings do not add up (a busy machine, or stages that overlap "
+                "more than assumed); re-run on a quiet machine, and take this verdict as a hint")
+    if predicted is not None and predicted < e.loader_rate:
+        return (f"unsure: timed alone, the stages together allow about {predicted:.0f} samples/s, yet the "
+                f"loader delivered {e.loader_rate:.0f} ({e.loader_rate / predicted:.2f}x that): the stage "
+                "timings are estimates (they overlap more than their sum assumes, or the machine's load "
+                "changed between the timings); take the stage named as a hint")
+    return None
 
 
 def _par(e: Evidence, stage: StageLike) -> int:
@@ -174,24 +194,74 @@ def _reason(e: Evidence, group: str, worst: StageLike, load: dict[str, float],
             f"{_ms(worst.seconds_per_sample)} per sample on one "
             f"{'core' if worst.kind == 'cpu' else 'thread'}, {_par(e, worst)} at a time in this loader")
     if predicted is not None:
-        text += f" (the stages allow about {predicted:.0f} samples/s"
-        text += f", the loader delivered {e.loader_rate:.0f})" if e.loader_rate else ")"
-    if e.model_step_s and e.wait_fraction is not None:
+        text += f" (timed alone, the stages allow about {predicted:.0f} samples/s"
+        text += f"; the loader delivered {e.loader_rate:.0f})" if e.loader_rate else ")"
+    if e.model_step_s and e.wait_fraction is not None and not e.loader_rate:  # else _loader_bound says it
         text += f"; the training loop waits for data {e.wait_fraction:.0%} of the time"
     return text
 
 
 def _model_reason(e: Evidence, wait: float | None, data_rate: float, model_rate: float) -> str:
-    step = f"the {_ms(e.model_step_s or 0)} step consumes {model_rate:.0f} samples/s"
+    if e.headspace_rate and e.loader_rate:
+        step = (f"under the step the loop trains at {e.loader_rate:.0f} samples/s, "
+                f"{e.loader_rate / e.headspace_rate:.2f}x the step's headspace ({e.headspace_rate:.0f} "
+                "samples/s on a batch already on the device)")
+    else:
+        step = f"the {_ms(e.model_step_s or 0)} step consumes {model_rate:.0f} samples/s"
     if wait is not None:
-        return f"the training loop waits for data only {wait:.0%} of the time; {step}"
-    return f"the data arrives at {data_rate:.0f} samples/s, {step}"
+        return f"the model bounds training: the loop waits for data only {wait:.0%} of the time; {step}{_sharing(e)}"
+    return f"the model bounds training: the data arrives at {data_rate:.0f} samples/s, {step}{_sharing(e)}"
+
+
+def _loader_bound(e: Evidence, model_rate: float) -> str:
+    """How much the loader holds training back: the rate under the step against the headspace."""
+    rate = e.loader_rate or 0.0
+    what = "the step's headspace" if e.headspace_rate else "what the stand-in step takes"
+    text = (f"the loader bounds training: under the step the loop trains at {rate:.0f} samples/s, "
+            f"{rate / model_rate:.2f}x {what} ({model_rate:.0f} samples/s)")
+    if e.wait_fraction is not None:
+        text += f" and waits for data {e.wait_fraction:.0%} of the time"
+    if rate > 0:
+        text += f"; a loader that kept up would train up to {model_rate / rate:.1f}x faster"
+    return text + _sharing(e)
+
+
+def _slowed(e: Evidence) -> float | None:
+    """How many times longer the step took beside the loader than alone (None: not measured)."""
+    if not e.headspace_rate or not e.model_step_s:
+        return None
+    return e.model_step_s / (e.batch_size / e.headspace_rate)
+
+
+def _sharing(e: Evidence) -> str:
+    slowed = _slowed(e)
+    if slowed is None or slowed < SHARED_SLOWDOWN:
+        return ""
+    return (f" (the step took {_ms(e.model_step_s or 0)} a batch beside the loader against "
+            f"{_ms(e.batch_size / (e.headspace_rate or 1))} alone, {slowed:.1f}x: they share the CPU, "
+            "the device and Python)")
 
 
 _MODEL_ADVICE = [
     "the loader is not the problem: a faster one would not speed up training",
     "speed up the step itself: mixed precision, channels_last, torch.compile, a larger batch per GPU",
 ]
+SHARED_SLOWDOWN = 1.2
+"""A step this many times slower beside the loader than alone is slowed by the loader's work."""
+
+
+def _model_advice(e: Evidence) -> list[str]:
+    """The step bounds training; if the loader's work slows the step, that is the loader's cost."""
+    slowed = _slowed(e)
+    if slowed is None or slowed < SHARED_SLOWDOWN:
+        return list(_MODEL_ADVICE)
+    gpu = _gpu_decode_advice(e)
+    return [f"the loop does not wait for data, but the step runs {slowed:.1f}x slower beside the loader "
+            "than alone: the loader's decode competes with it for the CPU and the GIL",
+            "leave the step cores: fewer loader workers or decode threads (num_workers=, or "
+            "PackedDataset(decode_threads=)), or worker processes rather than threads"
+            + (f"; or {gpu[0].lower()}{gpu[1:]}" if gpu else ""),
+            _MODEL_ADVICE[1]]
 
 
 def _advice(e: Evidence, group: str, worst: StageLike) -> list[str]:
@@ -219,13 +289,23 @@ def _advice(e: Evidence, group: str, worst: StageLike) -> list[str]:
         out = [more_workers, None if e.reduced_decode else _reduced_advice(e),
                "pre-resize at pack time: `fastload pack SRC --max-side 320` (smaller JPEGs decode faster; "
                "lossy, recorded in the manifest)",
-               ("decode on the GPU with DALI: fastload.DataLoader(..., backend='dali')"
-                + ("" if e.dali_installed else " (pip install nvidia-dali-cuda120)")) if e.cuda else None]
+               _gpu_decode_advice(e)]
     else:
         out = [more_workers,
                f"{worst.name} costs {_ms(worst.seconds_per_sample)} per sample: make it cheaper, or run "
                "augmentations on the GPU on uint8 batches"]
     return [a for a in out if a]
+
+
+def _gpu_decode_advice(e: Evidence) -> str | None:
+    """GPU decode, where there is a GPU: nvImageCodec's when it imports here, else DALI's."""
+    if not e.cuda:
+        return None
+    if e.nvimgcodec_installed:
+        return ("decode on the GPU: fastload.DataLoader(..., backend='nvimgcodec', device='cuda') (the "
+                "hardware JPEG engines where the GPU has them; same batches, order and labels)")
+    return ("decode on the GPU with DALI: fastload.DataLoader(..., backend='dali')"
+            + ("" if e.dali_installed else " (pip install nvidia-dali-cuda120)"))
 
 
 def _store_advice(e: Evidence) -> list[str | None]:

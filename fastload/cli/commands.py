@@ -249,7 +249,7 @@ def tune_command(args: argparse.Namespace) -> int:
 
     dataset = PackedDataset(args.path, image_size=args.image_size, train=not args.eval,
                             storage_options=_storage_options(args))
-    settings = tune(dataset, batch_size=args.batch_size, batches=args.batches)
+    settings = tune(dataset, batch_size=args.batch_size, batches=args.batches, step=_tune_step(args))
     if args.json:
         print(json.dumps({"num_workers": settings.num_workers, "prefetch_factor": settings.prefetch_factor,
                           "pin_memory": settings.pin_memory, "mode": settings.mode,
@@ -270,7 +270,7 @@ def bench_command(args: argparse.Namespace) -> int:
     grid = [(w, args.prefetch_factor) for w in args.torch_workers or [available_cpus()]]
     report = bench(args.src, args.packed, batch_size=args.batch_size, image_size=args.image_size,
                    duration=args.duration, samples=args.samples, cold=args.cold, stages=args.stages,
-                   model_step=_model_step(args), torch_grid=grid, dali=not args.no_dali,
+                   model_step=_model_step(args), model=args.model, torch_grid=grid, dali=not args.no_dali,
                    temp_pack=args.temp_pack, work=args.work, repeats=args.repeats,
                    progress=False if args.quiet else None, storage_options=_storage_options(args))
     return _report(report, args)
@@ -282,8 +282,8 @@ def doctor_command(args: argparse.Namespace) -> int:
     _check_plot(args)
     report = doctor(args.src, batch_size=args.batch_size, image_size=args.image_size,
                     num_workers=args.num_workers, duration=args.duration, samples=args.samples,
-                    cold=args.cold, model_step=_model_step(args), progress=False if args.quiet else None,
-                    storage_options=_storage_options(args))
+                    cold=args.cold, model_step=_model_step(args), model=args.model,
+                    progress=False if args.quiet else None, storage_options=_storage_options(args))
     return _report(report, args)
 
 
@@ -295,6 +295,18 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
 
 def _model_step(args: argparse.Namespace) -> float | None:
     return args.model_step_ms / 1000 if args.model_step_ms else None
+
+
+def _tune_step(args: argparse.Namespace) -> Any:
+    """tune's training step: --model's (fn(images, labels)), or --model-step-ms slept."""
+    if args.model and args.model_step_ms:
+        raise ValueError(f"--model {args.model} and --model-step-ms {args.model_step_ms:g}: pass one training step")
+    if not args.model:
+        return _model_step(args)
+    from fastload.benchmark.training import named_step
+
+    train = named_step(args.model)
+    return lambda images, labels: train((images, labels))
 
 
 def _check_plot(args: argparse.Namespace) -> None:

@@ -44,11 +44,20 @@ def _add_measure_options(p: argparse.ArgumentParser, duration: float) -> None:
     p.add_argument("--samples", type=int, default=None, help="stop each run after N samples")
     p.add_argument("--cold", action="store_true",
                    help="drop the files from the page cache first (posix_fadvise); one pass per run")
-    p.add_argument("--model-step-ms", type=float, default=None, metavar="MS",
-                   help="stand in for a training step of MS ms per batch; shows the data-wait fraction")
+    _add_step_options(p)
     p.add_argument("--json", metavar="FILE", help="write the report as JSON (schema fastload-bench/1)")
     p.add_argument("--plot", metavar="FILE.png", help="write a bar chart (needs matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def _add_step_options(p: argparse.ArgumentParser) -> None:
+    """The training step bench, doctor and tune weigh: a torchvision model, or a slept stand-in."""
+    p.add_argument("--model", metavar="NAME", default=None,
+                   help="train this torchvision model (resnet50, resnet18, ...) after each batch, bf16 "
+                        "and channels-last on CUDA, float32 on the CPU: its headspace (the step alone on "
+                        "a batch already on the device), then each loader under it (needs torchvision)")
+    p.add_argument("--model-step-ms", type=float, default=None, metavar="MS",
+                   help="stand in for a training step with a sleep of MS ms per batch (prefer --model)")
 
 
 def _at_least_one(text: str) -> int:
@@ -185,6 +194,7 @@ def _on_error(text: str) -> str:
     p.add_argument("--image-size", type=int, default=224, help="crop side in pixels (default 224)")
     p.add_argument("--eval", action="store_true", help="tune the eval pipeline (default: train)")
     p.add_argument("--batches", type=int, default=6, help="timed batches per candidate (default 6)")
+    _add_step_options(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_storage_option(p)
     p.set_defaults(run=tune_command)
