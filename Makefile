@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO := demo
 
-.PHONY: demo test test-all venv clean
+.PHONY: demo demo-next test test-quick test-all venv clean
 
 # One venv; the demo installs only what it runs (the plot extra), the tests the dev extra.
 $(VENV)/.installed-%: setup.cfg setup.py pyproject.toml fastload/decode/*.c fastload/decode/*.h
@@ -26,9 +26,34 @@ demo: $(VENV)/.installed-plot
 	# (median, min-max), stage timings and a verdict.
 	$(VENV)/bin/fastload bench $(DEMO)/images --packed $(DEMO)/images.fl --stages \
 		--plot $(DEMO)/bench.png --json $(DEMO)/bench.json
+	@$(MAKE) --no-print-directory demo-next
 
+# What to type next: `fastload` is in .venv/bin, not on a fresh shell's PATH (tests/test_readme.py runs
+# these lines in a shell without the venv, as printed).
+demo-next:
+	@echo
+	@echo "Next: put .venv's fastload and python on this shell's PATH, then pack a folder (the demo's"
+	@echo "images here; your own in their place), look at it, check it:"
+	@echo
+	@echo "  cd $(CURDIR)"
+	@echo "  . $(VENV)/bin/activate"
+	@echo "  fastload pack $(DEMO)/images -o images.fl"
+	@echo "  fastload info images.fl"
+	@echo "  fastload verify images.fl --decode"
+	@echo
+	@echo "Or without activating: $(VENV)/bin/fastload info $(DEMO)/images.fl"
+	@echo "Then the Python quick start in README.md, run with python from the activated venv."
+
+# The whole suite but the long reliability tests: ~10-15 min on a quiet 2-core machine (what CI runs).
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q -m "not reliability"
+
+# A few minutes while you work: the suite less the tests that start servers, clusters, DDP ranks or
+# timed benchmark runs, and less the docs build. `make test` before you commit.
+QUICK_SKIP := tests/remote tests/cluster tests/benchmark tests/backends tests/reliability \
+	tests/test_docs.py tests/test_snippets.py tests/loading/test_distributed.py tests/loading/test_elastic.py
+test-quick: $(VENV)/.installed-dev
+	$(PY) -m pytest -q -m "not reliability and not slow" $(addprefix --ignore=,$(QUICK_SKIP))
 
 test-all: $(VENV)/.installed-dev
 	$(PY) -m pytest -q

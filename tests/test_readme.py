@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
-from tests.conftest import REPO
+import pytest
+
+from tests.conftest import REPO, many_small_jpegs
 
 GUARANTEES = REPO / "docs" / "guarantees.md"
 
@@ -68,3 +74,65 @@ def test_make_demo_installs_only_what_the_demo_runs():
     demo = re.search(r"^demo: (.*)$", makefile, re.MULTILINE).group(1)
     assert demo.strip() == "$(VENV)/.installed-plot"  # not the dev extra and its DALI/CUDA wheels
     assert re.search(r"^test: \$\(VENV\)/\.installed-dev$", makefile, re.MULTILINE)
+
+
+# --- from set-up to the quick start in a new shell (issue 39: `fastload: command not found`) ------
+
+FRESH_PATH = "/usr/local/bin:/usr/bin:/bin"  # a new login shell's: no venv on it
+
+
+def _section_commands(text: str, heading: str) -> list[str]:
+    """The command lines of the first ```sh block under ``## heading``, as a reader pastes them."""
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"^```sh\n(.*?)^```", section, re.MULTILINE | re.DOTALL).group(1)
+    return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
+@pytest.fixture
+def clone(tmp_path):
+    """A folder standing for the clone after `make demo`: .venv (the running venv) and demo/images."""
+    from fastload.converters import pack
+
+    venv = Path(sys.prefix)
+    if not (venv / "bin" / "activate").is_file():
+        pytest.skip(f"the tests run outside a venv ({venv}): nothing to activate")
+    (tmp_path / ".venv").symlink_to(venv)
+    many_small_jpegs(tmp_path / "demo" / "images", 24, classes=2)
+    pack(tmp_path / "demo" / "images", tmp_path / "demo" / "images.fl", progress=False)
+    return tmp_path
+
+
+def _fresh_shell(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``script`` in a new non-login bash: the PATH a fresh terminal has, no venv active."""
+    env = {"PATH": FRESH_PATH, "HOME": str(cwd), "LANG": "C.UTF-8"}
+    return subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def test_the_readme_set_up_then_quick_start_work_in_a_fresh_shell(clone):
+    assert _fresh_shell("command -v fastload", clone).returncode != 0  # the shell really is fresh
+    text = (REPO / "README.md").read_text()
+    setup, quick = _section_commands(text, "Set up"), _section_commands(text, "Quick start")
+    assert [line.split("#")[0].strip() for line in setup] == ["make demo", "make test"]
+    # `make demo` made .venv and demo/ (the fixture's stand-ins); the quick start runs as pasted
+    done = _fresh_shell("set -e\n" + "\n".join(quick), clone)
+    assert done.returncode == 0, f"the README's quick start in a new shell:\n{quick}\n{done.stdout}\n{done.stderr}"
+    assert (clone / "images.fl" / "manifest.json").is_file()
+
+
+def test_make_demo_ends_with_next_commands_that_work_as_printed(clone):
+    makefile = (REPO / "Makefile").read_text()
+    demo = re.search(r"^demo: .*?\n((?:\t.*\n)+)", makefile, re.MULTILINE).group(1)
+    assert demo.rstrip().splitlines()[-1].strip() == "@$(MAKE) --no-print-directory demo-next"
+    if shutil.which("make") is None:
+        pytest.skip("no make on this machine")
+    # run where the clone stands: the printed lines start with `cd` to make's own folder
+    shown = subprocess.run(["make", "-s", "-f", str(REPO / "Makefile"), "demo-next"], cwd=clone,
+                           capture_output=True, text=True, timeout=60, check=True).stdout
+    commands = [line.strip() for line in shown.splitlines() if line.startswith("  ")]
+    assert commands[:2] == [f"cd {clone}", ". .venv/bin/activate"] and len(commands) >= 4, shown
+    bare = re.search(r"without activating: (\.venv/bin/fastload .*)$", shown, re.MULTILINE).group(1)
+    for script in ("set -e\n" + "\n".join(commands), bare):
+        done = _fresh_shell(script, clone)
+        assert done.returncode == 0, f"{script}\n{done.stdout}\n{done.stderr}"
+    assert (clone / "images.fl" / "manifest.json").is_file()

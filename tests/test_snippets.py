@@ -11,7 +11,9 @@ What a block is, by its tag:
 A page's blocks run in order in one work folder (a reader following the page: a pack command makes
 the dataset the next block opens), prepared with the small data the snippets name: an ImageFolder
 at ./images, captions.jsonl, coco.jsonl (boxes) and ./seg (images with PNG masks beside them), plus
-the datasets made from them by the pack commands the README's prose gives. ``s3://bucket/...`` runs
+the datasets made from them by the pack commands the README's prose gives. The folder stands for
+the clone after `make demo`: demo/images and demo/images.fl as the demo leaves them, and .venv
+(the running venv) for `. .venv/bin/activate`. ``s3://bucket/...`` runs
 against the tests' moto server: the bucket is made and emptied, folders a snippet names as a store
 source (``s3://bucket/raw-images/``) hold some of ./images' files, and the client finds the server through
 AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, as botocore reads them.
@@ -143,14 +145,26 @@ def _write_lists(root: Path, count: int) -> None:
 # Datasets the README's Python blocks open but no block makes: each made by the command its prose gives.
 PROSE_PACKS = ["fastload pack captions.jsonl -o captions.fl", "fastload pack coco.jsonl -o coco.fl",
                "fastload pack ./seg --sidecars --sidecar-names png=mask"]
+DEMO_PACK = "fastload pack demo/images -o demo/images.fl"  # as the Makefile's demo target
+
+
+def _link_venv(work: Path) -> None:
+    """work/.venv: the running venv (its bin/activate puts BIN first on PATH), or where the tests run
+    outside a venv, a stand-in whose activate does just that."""
+    if (Path(sys.prefix) / "bin" / "activate").is_file():
+        (work / ".venv").symlink_to(sys.prefix)
+    else:
+        (work / ".venv" / "bin").mkdir(parents=True)
+        (work / ".venv" / "bin" / "activate").write_text(f'PATH="{BIN}:$PATH"\n')
 
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("snippet-data")
     many_small_jpegs(root / "images", 256, classes=2)  # one batch of the README's batch_size=256
+    shutil.copytree(root / "images", root / "demo" / "images")  # what `make demo` leaves, packed by it
     _write_lists(root, 6)
-    for command in PROSE_PACKS:
+    for command in [*PROSE_PACKS, DEMO_PACK]:
         _run_shell(command, root, _env(root, None), "test data")
     return root
 
@@ -225,6 +239,7 @@ def test_the_snippets_of_a_page_run_as_written(page, prepared, tmp_path, request
     blocks = _runnable(page)
     work = tmp_path / "work"
     shutil.copytree(prepared, work)
+    _link_venv(work)
     server = None
     if any("s3://" in block.body for block in blocks):
         server = request.getfixturevalue("s3_server")
