@@ -12,7 +12,7 @@ reported). Rows, each interleaved ``--repeats`` times (``fastload.benchmark.runs
 
 * ``torch ImageFolder + transform, w{cores} pf4``: the ImageFolder baseline (Pillow decode,
   RandomResizedCrop 224 + flip) then the transform, in torch's DataLoader with one worker per
-  core, prefetch 4, persistent workers (its best-tuned setting on 2 cores, ``bench/README.md``);
+  core, prefetch 4, persistent workers (its best-tuned setting on 2 cores, ``bench/HISTORY.md``);
 * ``fastload + sample_transform``: ``fastload.DataLoader(PackedDataset(packed, image_size=224,
   train=True, sample_transform=...), batch_size=64, shuffle=True)``, auto settings;
 * the same two without the transform, for what it costs each.

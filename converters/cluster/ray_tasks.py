@@ -27,7 +27,7 @@ WORKER_ARENAS = 2
 glibc's 16 (2 cores), so each part's new read threads were dealt arenas other than those the last
 part's threads freed into: 56k-90k page faults a task of ~270 MB, and every page zeroed. With 2,
 500-1,300 after the workers' first parts (as in a fork pool), and the tasks' work took 0.87-0.91 s
-against 1.05-1.35 s (bench/README.md, issue 28)."""
+against 1.05-1.35 s (bench/HISTORY.md, issue 28)."""
 
 
 def write_parts(source: PartSource, parts: list[Any], settings: SinkSettings) -> list[TaskPart | None]:

@@ -23,7 +23,7 @@ Mode = Literal["main", "threads", "processes"]
 THREAD_DECODE_CORES = 2
 """Up to this many cores the built-in pipeline decodes in threads; above it, in worker processes.
 
-Measured (bench/README.md, "Keeping a real GPU fed"): on 2 cores threads lead (no pickling, no
+Measured (bench/HISTORY.md, "Keeping a real GPU fed"): on 2 cores threads lead (no pickling, no
 shared-memory copies); from 4 cores up the decode threads' share of the GIL slows the training
 loop's own thread (its kernel launches) and processes lead: under a ResNet-18-shaped step on a
 GPU, 1.85× torch against threads' 1.72× at 4 cores, 1.32× against 1.10× at 8, 1.06× against
