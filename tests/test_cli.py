@@ -434,3 +434,85 @@ def test_max_pixels_takes_a_whole_number_written_as_5e8(cli, tmp_path):
     assert cli("pack", tmp_path / "src", "-o", tmp_path / "out", "--max-pixels", "5e8").rc == 0
     result = cli("pack", tmp_path / "src", "-o", tmp_path / "bad", "--max-pixels", "1.5")
     assert result.rc == 2 and "max_pixels=1.5: must be a positive integer" in result.err
+
+
+# --- help that matches the docs; what info and show say (issue 39, items 3 and 4) ----------------
+
+def test_help_names_every_source_and_pack_takes_one_src(cli, capsys, imagefolder, tmp_path):
+    from fastload.cli import _old_spellings
+    from fastload.cli.parser import build_parser
+
+    parser = build_parser()
+    for words in ("CSV/JSONL file list", ".tar.gz", "brace list", ".parquet", "Hugging Face", "s3://"):
+        assert words in " ".join(parser.format_help().split())
+    pack_help = " ".join(next(a for a in parser._actions if a.dest == "command").choices["pack"].format_help().split())
+    assert "SRC [SRC" not in pack_help and "[-q]" in pack_help and "table}" in pack_help
+    # --ray takes no value: SRC after it stays SRC; the address comes from --ray-address (or RAY_ADDRESS)
+    args = parser.parse_args(["pack", "--ray", "photos"])
+    assert (args.src, args.ray, args.ray_address) == ("photos", True, None)
+    args = parser.parse_args(_old_spellings(["pack", "photos", "--ray=auto"]))  # the old spelling still works
+    assert (args.src, args.ray, args.ray_address) == ("photos", True, "auto")
+    src, files = imagefolder
+    done = cli("pack", src, "--ray", "host:6379")
+    assert done.rc == 2 and "--ray host:6379: --ray takes no value; give the cluster's address with " \
+                           "--ray-address host:6379" in done.err
+    done = cli("pack", src, tmp_path / "more")
+    assert done.rc == 2 and "fastload pack takes one SRC, got 2" in done.err
+    done = cli("pack", src, "-q", "-o", tmp_path / "q.fl", "--layout", "imagefolder", "--on-error", "raise")
+    assert done.rc == 0 and done.err == ""
+    (tmp_path / "notes.txt").write_text("hi")
+    done = cli("pack", tmp_path / "notes.txt")
+    assert done.rc == 2 and "notes.txt: not a kind of file fastload packs; SRC is a folder of images" in done.err
+    for kind in (".csv/.jsonl file list", ".tar.gz", "Hugging Face", ".parquet", "s3://"):
+        assert kind in done.err
+
+
+def test_info_names_what_was_packed_and_each_version(cli, tmp_path):
+    import io
+    import tarfile
+
+    import fastload
+
+    tar = tmp_path / "shards" / "one.tar"
+    tar.parent.mkdir()
+    with tarfile.open(tar, "w") as archive:
+        for i in range(3):
+            for name, data in ((f"{i}.jpg", make_jpeg(32, 24, seed=i)), (f"{i}.cls", b"1")):
+                member = tarfile.TarInfo(name)
+                member.size = len(data)
+                archive.addfile(member, io.BytesIO(data))
+    assert cli("pack", tar, "-o", tmp_path / "t.fl").rc == 0
+    info = cli("info", tmp_path / "t.fl").out
+    assert f"from {tar} (webdataset layout)" in info and "version" not in info  # the tar, not its folder
+    write_tree(tmp_path / "more", {"2.jpg": make_jpeg(32, 24, seed=7), "3.jpg": make_jpeg(32, 24, seed=8)})
+    assert cli("pack", tmp_path / "more", "-o", tmp_path / "t.fl", "--append").rc == 0
+    lines = cli("info", tmp_path / "t.fl").out.splitlines()
+    assert lines[1].startswith("  version 2, last written by fastload ")
+    assert lines[2].startswith("    v1 ") and lines[2].endswith(f": 3 records from {tar}")
+    assert lines[3].startswith("    v2 ") and lines[3].endswith(f": 2 records from {tmp_path / 'more'}")
+    with fastload.Writer(tmp_path / "w.fl") as writer:  # pixels given: encoded here, as PNG
+        writer.write({"image": make_jpeg(16, 16, seed=1), "label": 0})
+        writer.write({"image": fastload.PackedDataset(tmp_path / "t.fl", image_size=8)[0][0], "label": 1})
+    info = cli("info", tmp_path / "w.fl").out
+    assert "re-encode: none (1 image given as pixels encoded to PNG, lossless; bytes given stored exactly)" in info
+
+
+def test_show_prints_a_record_and_writes_its_image(cli, tmp_path, monkeypatch):
+    import fastload
+
+    with fastload.Writer(tmp_path / "d.fl", classes=["cat", "dog"]) as writer:
+        for i in range(3):
+            writer.write({"image": make_jpeg(40, 30, seed=i), "label": i % 2, "caption": f"photo {i}",
+                          "boxes": [[1.0, 2.0, 3.0, 4.0]]})
+    monkeypatch.chdir(tmp_path)
+    done = cli("show", tmp_path / "d.fl", "-1")
+    assert done.rc == 0, done.err
+    assert done.out.splitlines()[:4] == [f"{tmp_path / 'd.fl'} record 2 of 3:", "  path: 00000002",
+                                         "  label: 0 (cat)", "  image: 40x30, " + done.out.split("40x30, ")[1]
+                                         .splitlines()[0]]
+    assert "  caption (str): 'photo 2'" in done.out and "boxes (float64[*,4]): [[1., 2., 3., 4.]]" in done.out
+    assert (tmp_path / "record-2.jpg").read_bytes() == make_jpeg(40, 30, seed=2)
+    assert cli("show", tmp_path / "d.fl", "1", "-o", tmp_path / "one.jpg").rc == 0
+    assert (tmp_path / "one.jpg").read_bytes() == make_jpeg(40, 30, seed=1)
+    done = cli("show", tmp_path / "d.fl", "3")
+    assert done.rc == 2 and "record 3 is out of range: the dataset holds 3 records (0..2, or -1 for the last)" in done.err

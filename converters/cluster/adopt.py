@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xxhash
@@ -52,7 +53,7 @@ def adopt(folder: Path, work: Path, parts: list[TaskPart | None], settings: Sink
     classes, index = join_index(folder, work, written, manifests, settings)
     report_path = write_skipped_report(folder, skipped)
     manifest = pack_manifest(manifests, shards, index, classes, skipped, report_path is not None,
-                             plan_of(written, settings))
+                             plan_of(written, settings), settings.origin)
     fsync_dir(folder)  # the shards' names are durable before the manifest names them
     write_manifest(folder, manifest)
     shutil.rmtree(folder / PACK_STATE_DIR, ignore_errors=True)  # every task's datasets, retried ones' too: no orphan
@@ -108,8 +109,10 @@ def join_index(folder: Path, work: Path, written: list[TaskPart], manifests: lis
 
 
 def pack_manifest(manifests: list[Manifest], shards: list[ShardInfo], index: dict[str, IndexFile],
-                  classes: list[str] | None, skipped: list[Skip], with_report: bool, plan: str) -> Manifest:
-    """The pack's manifest: the first task's, with the pack's shards, index, classes and facts."""
+                  classes: list[str] | None, skipped: list[Skip], with_report: bool, plan: str,
+                  origin: dict[str, Any] | None = None) -> Manifest:
+    """The pack's manifest: the first task's, with the pack's shards, index, classes and facts;
+    ``origin``: what it was packed from (``source``, ``layout``; default: a Ray Data pipeline's rows)."""
     from fastload import __version__
 
     first = manifests[0]
@@ -117,7 +120,8 @@ def pack_manifest(manifests: list[Manifest], shards: list[ShardInfo], index: dic
         first, num_records=sum(m.num_records for m in manifests), total_bytes=sum(s.data_bytes for s in shards),
         kind="images" if all(m.kind == "images" for m in manifests) else "files", classes=classes,
         shards=shards, index=index,
-        packed={**first.packed, "source": "ray", "layout": "ray", "fastload_version": __version__,
+        packed={**first.packed, "source": "a Ray Data pipeline (fastload.ray.PackSink)", "layout": "rows",
+                **(origin or {}), "cluster": "ray", "fastload_version": __version__,
                 "created": datetime.now(UTC).isoformat(timespec="seconds"), "plan": plan,
                 "skipped": len(skipped), "skipped_report": SKIPPED_REPORT_NAME if with_report else None,
                 "tasks": len(manifests),

@@ -35,7 +35,7 @@ class ClusterPack:
                  quality: int | None = None, on_error: Literal["raise", "skip"] = "raise",
                  check: Literal["header", "decode"] = "header", max_pixels: int = MAX_PIXELS,
                  max_file_size: str | int = MAX_FILE_SIZE, mask_storage: Literal["rows", "file"] = "rows",
-                 storage_options: dict[str, Any] | None = None) -> None:
+                 storage_options: dict[str, Any] | None = None, origin: dict[str, Any] | None = None) -> None:
         if format not in WRITERS:
             raise ValueError(f"format={format!r}: choose one of {', '.join(WRITERS)}")
         on_error = on_error_spelling(on_error, stacklevel=4)  # type: ignore[assignment]
@@ -48,7 +48,8 @@ class ClusterPack:
             classes=tuple(classes) if classes is not None else None,
             writer={"format": format, "shard_size": self.shard_bytes, "quality": quality, "on_error": on_error,
                     "check": check, "max_pixels": max_pixels, "max_file_size": max_file_size,
-                    "mask_storage": mask_storage}, order=order, storage_options=storage_options)
+                    "mask_storage": mask_storage}, order=order, storage_options=storage_options,
+            origin=origin)
         self.target: FolderTarget | StoreTarget = (
             StoreTarget(str(out), overwrite, storage_options, settings.facts()) if is_remote(out)
             else FolderTarget(out, overwrite))

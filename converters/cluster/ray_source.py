@@ -22,7 +22,7 @@ from fastload.converters.cluster.cluster_pack import ClusterPack
 from fastload.converters.cluster.ray_plan import IMAGE, KEY, LABEL, ORDER, part_source, plan_tasks
 from fastload.converters.cluster.ray_tasks import run_tasks
 from fastload.converters.cluster.task_shards import TaskPart
-from fastload.converters.packing.options import check_options, check_out_location, default_out
+from fastload.converters.packing.options import check_options, check_out_location, default_out, on_error_spelling
 from fastload.converters.packing.report import PackReport
 from fastload.converters.sources.items import Layout, normalize_extensions
 from fastload.converters.sources.listing import list_to_pack
@@ -34,7 +34,7 @@ from fastload.storage.location import is_remote
 
 def pack_on_ray(src: str | os.PathLike[str], out: str | os.PathLike[str] | None, *, address: str | None,
                 format: StorageKind = "lmdb", shard_size: str | int = "256MB", extensions: list[str] | None = None,
-                on_error: str = "fail", overwrite: bool = False, layout: Layout = "auto", check: str = "header",
+                on_error: str = "raise", overwrite: bool = False, layout: Layout = "auto", check: str = "header",
                 max_pixels: int, max_file_size: str | int, mask_storage: str = "rows", progress: bool = True,
                 storage_options: dict[str, Any] | None = None, **listing_options: Any) -> PackReport:
     """Pack ``src`` (a folder, CSV/JSONL list, tables or WebDataset tars) into ``out`` on Ray: at
@@ -43,6 +43,7 @@ def pack_on_ray(src: str | os.PathLike[str], out: str | os.PathLike[str] | None,
     a Ray started here to errors. ``listing_options``: ``list_to_pack``'s
     (``root``, ``allow_outside_root``, ``table``); the listing's skips are the report's too."""
     started = time.perf_counter()
+    on_error = on_error_spelling(on_error)
     if is_remote(src):
         raise SourceError(f"{src}: --ray packs a local (or shared) folder; copy a store prefix to a shared folder "
                           "first (OUT may be a store URL)")
@@ -66,7 +67,8 @@ def pack_on_ray(src: str | os.PathLike[str], out: str | os.PathLike[str] | None,
                        fields=dict(listing.fields), classes=listing.classes, format=format, shard_size=shard_size,
                        overwrite=overwrite, on_error=on_error, check=check, max_pixels=max_pixels,  # type: ignore[arg-type]
                        max_file_size=max_file_size, mask_storage=mask_storage,  # type: ignore[arg-type]
-                       storage_options=storage_options)
+                       storage_options=storage_options,
+                       origin={"source": listing.source or str(listing.root), "layout": listing.layout})
     listed_skips = [TaskPart(None, "", "", 0, [(s.rel, s.reason) for s in listing.skipped])] if listing.skipped else []
     source = part_source(listing, exts)
     started_here = not ray.is_initialized()

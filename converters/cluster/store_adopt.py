@@ -71,7 +71,7 @@ def adopt_in_store(store: RemoteStore, generation: str, parts: list[TaskPart | N
             classes, index = join_index(local, work, written, manifests, settings)
             report_path = write_skipped_report(local, skipped)
             staged = pack_manifest(manifests, [shard for _, shard in placed], index, classes, skipped,
-                                   report_path is not None, plan_of(written, settings))
+                                   report_path is not None, plan_of(written, settings), settings.origin)
             files = [e.file for e in index.values()] + ([SKIPPED_REPORT_NAME] if report_path else [])
             list(pool.map(lambda name: _put(store, local / name, prefix + name), files))
             manifest = _in_generation(staged, generation, copied)

@@ -44,6 +44,7 @@ class SinkSettings:
     writer: dict[str, Any] = field(default_factory=dict)  # format, shard_size, quality, on_error, check, ...
     order: str | None = None  # the column rows are sorted by (None: the key)
     storage_options: dict[str, Any] | None = None  # when ``work`` is a store URL: its client's options
+    origin: dict[str, Any] | None = None  # the manifest's "source" and "layout" (``pack --ray``'s SRC), else None
 
     @property
     def in_store(self) -> bool:

@@ -19,6 +19,7 @@ from fastload.converters.sources.confine import ListRoot
 from fastload.converters.sources.file_lists import list_file_list
 from fastload.converters.sources.items import (
     LIST_SUFFIXES,
+    SOURCE_KINDS,
     Layout,
     Skip,
     SourceItem,
@@ -49,11 +50,13 @@ def list_source(src: Path, *, layout: Layout = "auto", extensions: tuple[str, ..
         raise SourceNotFoundError(f"{src}: no such folder or file list; check the path")
     if src.is_file():
         if src.suffix.lower() in IMAGE_EXTENSIONS + extensions and src.suffix.lower() not in LIST_SUFFIXES:
-            raise SourceError(f"{src}: is an image file; SRC must be a folder of images or a .csv/.jsonl "
-                              f"file list; pass the folder it is in ({src.parent})")
-        if layout not in ("auto", "list") or src.suffix.lower() not in LIST_SUFFIXES:
-            raise SourceError(f"{src}: a file source must be a .csv or .jsonl file list "
-                              "(columns path,label plus optional fields)")
+            raise SourceError(f"{src}: is an image file; SRC is {SOURCE_KINDS}: pass the folder it is in "
+                              f"({src.parent})")
+        if src.suffix.lower() not in LIST_SUFFIXES:
+            raise SourceError(f"{src}: not a kind of file fastload packs; SRC is {SOURCE_KINDS}")
+        if layout not in ("auto", "list"):
+            raise SourceError(f"{src}: --layout {layout} does not read a file list; leave --layout out, or "
+                              "give --layout list")
         return list_file_list(src, on_error, max_file_size, ListRoot.of(src, root, allow_outside_root))
     if root is not None or allow_outside_root:
         raise SourceError(f"{src}: --root and --allow-outside-root are for the paths a CSV/JSONL file list "

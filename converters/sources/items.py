@@ -23,6 +23,11 @@ from fastload.format.layout import IMAGE_EXTENSIONS, field_name_problem
 
 Layout = Literal["auto", "imagefolder", "flat", "list", "webdataset", "table"]
 LIST_SUFFIXES = (".csv", ".jsonl")
+SOURCE_KINDS = ("a folder of images (ImageFolder or flat), a .csv/.jsonl file list, WebDataset tars (.tar, "
+                ".tar.gz, .tar.xz or .tar.zst, a folder of them, or a quoted brace list 'data-{000..009}.tar'), "
+                "tables (.parquet, .arrow or .feather, a folder of them, or a Hugging Face save_to_disk "
+                "folder), or a store URL of images, tars or Parquet files (s3://bucket/images/)")
+"""Every kind of SRC a pack reads, as errors name them."""
 
 
 @dataclass(frozen=True)

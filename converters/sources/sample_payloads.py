@@ -1,8 +1,8 @@
 """Python writer, sample side: a checked sample's image and file fields turned into the bytes its
 record stores, each checked as a pack checks a file.
 
-Stored as given: encoded bytes, and a path's file bytes. Encoded here: a PIL image or an HWC uint8
-array given as the image (PNG, lossless, unless the writer's JPEG ``quality`` is set), a 2-D
+Stored as given: encoded bytes, and a path's file bytes. Encoded here: a PIL image or a uint8
+array given as the image (HWC, or CHW with 1 or 3 channels as the loader yields it) (PNG, lossless, unless the writer's JPEG ``quality`` is set), a 2-D
 uint8/uint16 array or PIL image given as a mask (a one-channel PNG: class ids kept bit-exact), any
 other NumPy array in a file field (``.npy``, no pickle). A field of type "mask-rows" (what the
 writer makes of a mask unless ``mask_storage="file"``) stores its values' rows instead
@@ -94,6 +94,8 @@ def _bytes(name: str, kind: str, value: Any, quality: int | None, max_file_size:
         buffer = io.BytesIO()
         np.save(buffer, value, allow_pickle=False)
         return buffer.getvalue()
+    if kind == "image" and not is_pil(value):
+        value = _hwc(value)
     width, height = value.size if is_pil(value) else (value.shape[1], value.shape[0]) if value.ndim >= 2 else (0, 0)
     if width * height > max_pixels:
         raise BadSample(f"field {name!r} is {width}x{height}, {width * height} pixels, over the {max_pixels} limit "
@@ -129,6 +131,14 @@ def _mask_array(name: str, array: np.ndarray) -> np.ndarray:
     return array
 
 
+def _hwc(array: np.ndarray) -> np.ndarray:
+    """A CHW uint8 image array (1 or 3 channels first, as the loader yields it) as HWC; an HWC one,
+    or any other, as it is (an array read both ways, 3 x W x 3, is taken as HWC)."""
+    if array.dtype == np.uint8 and array.ndim == 3 and array.shape[0] in (1, 3) and array.shape[2] not in (1, 3, 4):
+        return array.transpose(1, 2, 0)
+    return array
+
+
 def _from_array(name: str, kind: str, array: np.ndarray) -> Any:
     from PIL import Image
 
@@ -136,6 +146,7 @@ def _from_array(name: str, kind: str, array: np.ndarray) -> Any:
         return Image.fromarray(np.ascontiguousarray(_mask_array(name, array)))  # uint8: "L", uint16: "I;16"
     if array.dtype != np.uint8 or not (array.ndim == 2 or (array.ndim == 3 and array.shape[2] in (1, 3, 4))):
         raise BadSample(f"field {name!r} is a {array.dtype} array of shape {array.shape}; an image array is "
-                        "HWC uint8 (H x W, H x W x 1, 3 or 4): convert it, or give encoded bytes")
+                        "uint8, H x W, H x W x 1, 3 or 4 (HWC), or 1 or 3 x H x W (CHW): convert it "
+                        "(a float one in [0, 1]: (x * 255).round().astype(np.uint8)), or give encoded bytes")
     array = array[:, :, 0] if array.ndim == 3 and array.shape[2] == 1 else array
     return Image.fromarray(np.ascontiguousarray(array))

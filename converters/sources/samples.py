@@ -3,7 +3,8 @@ later sample checked against them, and each value turned into the bytes or index
 
 Python numbers, bools and strings are index fields (int64, float64, bool, str); lists and tuples
 of numbers are array fields (``float64[*,4]``); the image, and bytes, paths, PIL images and NumPy
-arrays in other fields, are file fields (see converters.sources.sample_payloads for how each is
+arrays in other fields, are file fields (a torch tensor is taken as its NumPy array, a 0-d one as
+its number) (see converters.sources.sample_payloads for how each is
 stored). ``fields=`` declares types the first sample cannot tell (a fixed first dimension, an
 array as "mask": a 2-D uint8/uint16 array is a mask only when the field is named "mask").
 """
@@ -86,6 +87,7 @@ class Schema:
         """The sample's key, label and values, checked; BadSample naming the field otherwise."""
         if not isinstance(sample, Mapping):
             raise BadSample(f"is a {type(sample).__name__}, not a dict of fields like {{'image': ..., 'label': 3}}")
+        sample = {name: untensor(value) for name, value in sample.items()}
         key = sample.get(KEY, f"{number:08d}")
         if not isinstance(key, str) or not key or "\x00" in key:
             raise BadSample(f"{KEY} is {key!r}: a sample's key must be non-empty text")
@@ -250,6 +252,14 @@ def _file_input(name: str, dtype: str, value: Any) -> Any:
     pil = dtype in ("image", "mask", "mask-rows")
     raise BadSample(f"field {name!r} is {type(value).__name__} {_short(value)}; a {dtype} field takes bytes, a path"
                     f"{', a PIL image or a NumPy array' if pil else ' or a NumPy array' if dtype == 'npy' else ''}")
+
+
+def untensor(value: object) -> object:
+    """A torch tensor as NumPy (the writer's arrays), a 0-d one as its number; anything else as it is."""
+    if type(value).__module__.split(".")[0] == "torch" and hasattr(value, "numpy"):
+        array = value.detach().cpu().numpy()  # type: ignore[attr-defined]
+        return array.item() if array.ndim == 0 else array
+    return value
 
 
 def is_pil(value: object) -> bool:

@@ -1,4 +1,5 @@
-"""Finding WebDataset tars (a file, a brace list, a folder of them) and reading their members in place."""
+"""Finding WebDataset tars (a file, a brace list, a folder of them) and reading their members: in
+place, or by streaming a compressed tar (converters.sources.tar_streams)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,19 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from fastload.converters.sources.items import SourceItem
+from fastload.converters.sources.tar_streams import TarStream, compression_of
 
 from fastload.errors import SourceError, SourceNotFoundError
 from fastload.format.files import open_regular
 from fastload.format.layout import IMAGE_EXTENSIONS
 
 TAR_SUFFIX = ".tar"
+TAR_SUFFIXES = (TAR_SUFFIX, ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar.zst", ".tar.zstd",
+                ".tzst")
+"""Names of tars, plain or compressed (read by streaming them)."""
 _BRACES = re.compile(r"\{([^{}]*)\}")
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 MAX_BRACE_NAMES = 10**6
@@ -57,18 +63,23 @@ def expand_braces(pattern: str) -> list[str]:
     return ["".join(p) for p in itertools.product(*parts)]
 
 
+def is_tar_name(name: str) -> bool:
+    """Whether ``name`` is a tar's: ``.tar``, or a compressed one (``.tar.gz``, ``.tgz``, ``.tar.zst``, ...)."""
+    return name.lower().endswith(TAR_SUFFIXES)
+
+
 def is_tar_source(src: Path) -> bool:
-    """Whether ``src`` names WebDataset tars: a ``.tar`` file, a brace list of them, or a folder
-    that holds ``.tar`` files and neither images nor sub-folders."""
+    """Whether ``src`` names WebDataset tars: a tar file (plain or compressed), a brace list of
+    them, or a folder that holds tars and neither images nor sub-folders."""
     text = str(src)
-    if "{" in text and text.endswith(TAR_SUFFIX):
+    if "{" in text and is_tar_name(text):
         return True
     if src.is_file():
-        return src.suffix.lower() == TAR_SUFFIX
+        return is_tar_name(src.name)
     if not src.is_dir():
         return False
     names = [e for e in os.scandir(src) if not e.name.startswith(".")]
-    return (any(e.name.lower().endswith(TAR_SUFFIX) for e in names)
+    return (any(is_tar_name(e.name) for e in names)
             and not any(e.is_dir() or e.name.lower().endswith(IMAGE_EXTENSIONS) for e in names))
 
 
@@ -84,16 +95,24 @@ def tar_paths(src: Path) -> tuple[Path, list[Path]]:
         return paths[0].parent, paths
     if src.is_file():
         return src.parent, [src]
-    return src, sorted(p for p in src.iterdir() if p.name.lower().endswith(TAR_SUFFIX) and p.is_file())
+    return src, sorted(p for p in src.iterdir() if is_tar_name(p.name) and p.is_file())
 
 
 class TarMembers:
-    """Reads members in place: ``size`` bytes at ``offset`` of their tar, each tar opened once."""
+    """Reads members: ``size`` bytes at ``offset`` of their tar, each tar opened once; a compressed
+    tar's offsets are in its decompressed stream, read forward (in order, each tar streams once)."""
 
     def __init__(self) -> None:
         self.open: dict[Path, int] = {}
+        self.streams: dict[Path, TarStream | None] = {}  # None: a plain tar, read in place
 
     def read(self, path: Path, offset: int, size: int) -> bytes:
+        if path not in self.streams:
+            kind = compression_of(path)
+            self.streams[path] = TarStream(path, kind) if kind else None
+        stream = self.streams[path]
+        if stream is not None:
+            return stream.read(offset, size)
         fd = self.open.get(path)
         if fd is None:
             fd = self.open[path] = open_regular(path)
@@ -103,14 +122,18 @@ class TarMembers:
         return data
 
     def contents(self, items: Sequence[SourceItem]) -> Iterator[bytes | OSError]:
-        """Each item's payload, then its files', in order (an OSError in a payload's place)."""
+        """Each item's payload, then its files', in order (an OSError in a payload's place); a
+        sample's members read in the tar's order (a compressed tar is streamed forward)."""
         try:
             for item in items:
-                for where in (item, *item.files):
+                parts: list[SourceItem | Any] = [item, *item.files]
+                read: dict[int, bytes | OSError] = {}
+                for k in sorted(range(len(parts)), key=lambda k: parts[k].offset):
                     try:
-                        yield self.read(where.path, where.offset, where.size)
+                        read[k] = self.read(parts[k].path, parts[k].offset, parts[k].size)
                     except OSError as exc:
-                        yield exc
+                        read[k] = exc
+                yield from (read[k] for k in range(len(parts)))
         finally:
             self.close()
 
@@ -118,3 +141,6 @@ class TarMembers:
         for fd in self.open.values():
             os.close(fd)
         self.open.clear()
+        for stream in self.streams.values():
+            if stream is not None:
+                stream.close()

@@ -95,22 +95,14 @@ def read_item(dataset: Any, schema: Schema, settings: ReadSettings, index: int) 
 def as_sample(item: object) -> Mapping[str, Any]:
     """A dataset item as the writer's dict of fields (see the module's docstring)."""
     if isinstance(item, Mapping):
-        return {name: _untensor(value) for name, value in item.items()}
+        return dict(item)
     if isinstance(item, tuple) and len(item) in (2, 3):
         fields = item[2] if len(item) == 3 else {}
         if not isinstance(fields, Mapping) or {"image", "label"} & set(fields):
             raise BadSample(f"is a tuple whose third value is {type(fields).__name__}; a tuple item is "
                             "(image, label) or (image, label, {fields}) with fields other than image and label")
-        return {"image": _untensor(item[0]), "label": _untensor(item[1]),
-                **{name: _untensor(value) for name, value in fields.items()}}
+        return {"image": item[0], "label": item[1], **fields}  # tensors: Schema.check takes them
     raise BadSample(f"is a {type(item).__name__}; an item is a dict of fields like {{'image': ..., 'label': 3}}, "
                     "or a tuple (image, label) or (image, label, {fields})")
 
-
-def _untensor(value: object) -> object:
-    """A torch tensor as NumPy (the writer's arrays), a 0-d one as its number; anything else as it is."""
-    if type(value).__module__.split(".")[0] == "torch" and hasattr(value, "numpy"):
-        array = value.detach().cpu().numpy()  # type: ignore[attr-defined]
-        return array.item() if array.ndim == 0 else array
-    return value
 

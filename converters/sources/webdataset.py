@@ -9,7 +9,8 @@ whose keys become typed fields (as a JSONL list's columns), and every other memb
 named by its extension (``png``: a mask, ``npy``: an array; ``names`` renames them, as
 ``--sidecar-names`` does). Members are read in place (offsets from the tar's headers), never
 extracted. A source is a ``.tar`` file, a brace list (``data-{000000..000099}.tar``) or a folder of
-``.tar`` files, on disk or in an object store (converters.sources.store_files).
+``.tar`` files, on disk or in an object store (converters.sources.store_files); on disk, a tar may
+be compressed (``.tar.gz``, ``.tar.xz``, ``.tar.zst``: streamed, converters.sources.tar_streams).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from fastload.converters.sources.tar_headers import (
     walk_file,
     walk_stream,
 )
+from fastload.converters.sources.tar_streams import StreamWalk, compression_of, open_decompressed
 from fastload.converters.sources.tars import TarMembers, tar_paths
 
 from fastload.errors import SourceError
@@ -74,6 +76,7 @@ class TarObject:
     stamp: tuple[int, int]
     open: Callable[[], IO[bytes]]
     local: bool = False  # a file on this machine: its headers are read with pread (tar_headers.walk_file)
+    compression: str | None = None  # a compressed tar's ("gzip", "zstd", ...): walked as a stream
 
 
 class _Member(NamedTuple):
@@ -94,7 +97,8 @@ def list_tars(src: Path, *, on_error: str, max_file_size: int | None, image_ext:
     for path in paths:
         st = path.stat()
         tars.append(TarObject(path, path.name, st.st_size, st.st_mtime_ns, (st.st_ctime_ns, st.st_ino),
-                              lambda path=path: open(path, "rb"), local=True))  # noqa: SIM115 - the walk closes it
+                              lambda path=path: open(path, "rb"), local=True,  # noqa: SIM115 - the walk closes it
+                              compression=compression_of(path)))
     return list_tar_objects(src, root, tars, TarMembers(), on_error=on_error, max_file_size=max_file_size,
                             image_ext=image_ext, names=names)
 
@@ -187,8 +191,8 @@ def _walk(tar: TarObject) -> tuple[Groups, Counter[str], _DamagedTar | None]:
                 text = walk.read(offset, size) if ext in _TEXT_EXTS and size <= _MAX_TEXT_BYTES else None
                 members[ext] = _Member(name, offset, size, text)
     except NotATar as exc:
-        raise SourceError(f"{tar.path}: not an uncompressed tar file ({exc}); WebDataset shards are read in "
-                          "place, so a .tar.gz must be unpacked to a .tar first") from None
+        raise SourceError(f"{tar.path}: not a tar file ({exc}); a WebDataset shard is a tar, plain or "
+                          "compressed with gzip, xz, bzip2 or zstd") from None
     except TarDamaged as exc:  # the sample being grouped when the damage came is part of what is lost
         where = f"{tar.name}/{exc.name}" if exc.name else f"{tar.name}@{exc.offset}"
         return groups, ignored, _DamagedTar(where, f"{exc.reason}; nothing after it can be read")
@@ -198,8 +202,11 @@ def _walk(tar: TarObject) -> tuple[Groups, Counter[str], _DamagedTar | None]:
 
 
 @contextmanager
-def _walk_of(tar: TarObject) -> Iterator[TarWalk]:
-    if tar.local:
+def _walk_of(tar: TarObject) -> Iterator[TarWalk | StreamWalk]:
+    if tar.compression is not None:
+        with open_decompressed(tar.path, tar.compression) as stream:
+            yield StreamWalk(stream, tar.name)  # type: ignore[misc]
+    elif tar.local:
         with walk_file(tar.path) as walk:
             yield walk
     else:

@@ -14,10 +14,10 @@ from fastload.cli.commands import (
     verify_command,
 )
 
-SOURCES = ("an image folder (ImageFolder or flat), a CSV/JSONL file list, WebDataset tars (a .tar, a folder of "
-           "them, or a quoted brace list 'data-{000..099}.tar'), tables "
+SOURCES = ("an image folder (ImageFolder or flat), a CSV/JSONL file list, WebDataset tars (a .tar, .tar.gz, "
+           ".tar.xz or .tar.zst, a folder of them, or a quoted brace list 'data-{000..099}.tar'), tables "
            "(.parquet, .arrow, .feather, a folder of them, a Hugging Face save_to_disk folder), or a store "
-           "URL of any of these (s3://bucket/images/)")
+           "URL of images, .tar or .parquet files (s3://bucket/images/)")
 
 
 def _renames(text: str) -> dict[str, str]:

@@ -215,7 +215,10 @@ def test_cli_ray_packs_the_records_of_a_local_pack(cluster: Cluster, photos: tup
     root, local = photos
     out = tmp_path / "cli.fl"
     assert main(["pack", str(root), "-o", str(out), "--ray", "--ray-address", cluster.address, "--shard-size", "20KB", "--quiet"]) == 0
+    packed = fastload.PackedDataset(out).manifest.packed
     assert len(fastload.PackedDataset(out).manifest.shards) > 1
+    # `fastload info` says what was packed, and how: the folder, its layout, on Ray (issue 39, item 4)
+    assert (packed["source"], packed["layout"], packed["cluster"]) == (str(root), "imagefolder", "ray")
     assert_same_records(out, local, fields=("path",))
     placement = {"shard.npy", "offset.npy", "position.npy"}  # where each record sits: the shards differ
     assert {n: b for n, b in index_bytes(out).items() if n not in placement} == {

@@ -263,3 +263,60 @@ def test_a_path_that_cannot_be_read_is_named_and_skippable(tmp_path):
     assert [(s.rel, s.reason.split(":")[0]) for s in report.skipped_files] == [("00000000", "field 'mask'"),
                                                                                ("00000002", "field 'mask'")]
     assert str(missing) in report.skipped_files[1].reason
+
+
+def test_torch_tensors_and_chw_arrays_are_images_as_the_loader_yields_them(tmp_path):
+    """Issue 39, item 6: the Writer takes torch tensors, and it and ``pack`` take CHW uint8 images
+    (1 or 3 channels first, the loader's own layout) as well as HWC ones: the same pixels back."""
+    import torch
+
+    rgb = np.random.default_rng(0).integers(0, 256, (30, 40, 3), dtype=np.uint8)
+    gray = rgb[:, :, 0].copy()
+    with fastload.Writer(tmp_path / "w.fl") as writer:
+        writer.write({"image": torch.from_numpy(rgb).permute(2, 0, 1), "label": torch.tensor(1),
+                      "score": torch.tensor(0.5), "boxes": torch.tensor([[1.0, 2.0, 3.0, 4.0]])})
+        writer.write({"image": rgb, "label": 2, "score": 1.5, "boxes": np.zeros((0, 4))})
+        writer.write({"image": torch.from_numpy(gray)[None], "label": 3, "score": 2.5,
+                      "boxes": torch.zeros((2, 4))})
+    ds = fastload.PackedDataset(tmp_path / "w.fl")
+    assert ds.manifest.fields == {"score": "float64", "boxes": "npy"}
+    for i, (pixels, label) in enumerate([(rgb, 1), (rgb, 2), (gray, 3)]):
+        record = ds.record(i)
+        assert np.array_equal(np.asarray(Image.open(io.BytesIO(record["data"]))), pixels)
+        assert (record["label"], record["width"], record["height"]) == (label, 40, 30)
+    # the loader's own batches packed back: CHW uint8 tensors, and CHW arrays in tuples
+    images = fastload.PackedDataset(tmp_path / "w.fl", image_size=16, train=False)
+    pack([images[i] for i in range(3)], tmp_path / "again.fl", progress=False)
+    pack([(rgb.transpose(2, 0, 1), 0)], tmp_path / "chw.fl", progress=False)
+    again = fastload.PackedDataset(tmp_path / "again.fl")
+    assert all(np.array_equal(np.asarray(Image.open(io.BytesIO(again.record(i)["data"]))),
+                              images[i][0].permute(1, 2, 0).numpy()) for i in range(3))
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(fastload.PackedDataset(tmp_path / "chw.fl")
+                                                           .record(0)["data"]))), rgb)
+    with pytest.raises(SourceError, match=r"field 'image' is a float32 array of shape \(3, 30, 40\); an image "
+                                          r"array is uint8, .* or 1 or 3 x H x W \(CHW\)"):
+        _write(tmp_path / "f.fl", [{"image": torch.from_numpy(rgb).permute(2, 0, 1).float() / 255}])
+
+
+def test_on_error_is_spelled_raise_as_the_loader_spells_it_and_fail_still_works(tmp_path):
+    """Issue 39, item 6: one spelling of on_error everywhere (PackedDataset's 'raise'); 'fail', the
+    pack's and Writer's old spelling, still works with a DeprecationWarning; anything else is refused."""
+    bad = [{"image": make_jpeg(8, 8), "label": 0}, {"image": b"jpeg?", "label": 1}]
+    with pytest.raises(SourceError, match=r"sample 1 .*its image: not a readable image"):
+        _write(tmp_path / "a.fl", bad, on_error="raise")
+    with pytest.warns(DeprecationWarning, match=r"on_error='fail' is spelled on_error='raise' now"), \
+            pytest.raises(SourceError, match=r"sample 1 .*its image: not a readable image"):
+        _write(tmp_path / "b.fl", bad, on_error="fail")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.jpg").write_bytes(make_jpeg(8, 8))
+    (tmp_path / "src" / "b.jpg").write_bytes(b"not a jpeg")
+    with pytest.raises(SourceError, match=r"b\.jpg: .*or pass --on-error skip"):
+        pack(tmp_path / "src", tmp_path / "c.fl", on_error="raise", progress=False)
+    with pytest.warns(DeprecationWarning), pytest.raises(SourceError, match=r"b\.jpg"):
+        pack(tmp_path / "src", tmp_path / "c.fl", on_error="fail", progress=False)
+    for call in (lambda: fastload.Writer(tmp_path / "d.fl", on_error="stop"),
+                 lambda: pack(tmp_path / "src", tmp_path / "d.fl", on_error="stop", progress=False)):
+        with pytest.raises(ValueError, match=r"on_error='stop': choose 'raise' \(stop at the first bad one\) or 'skip'"):
+            call()
+    assert fastload.PackedDataset(pack(tmp_path / "src", tmp_path / "e.fl", on_error="skip", progress=False).out,
+                                  on_error="raise").on_error == "raise"
