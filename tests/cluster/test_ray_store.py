@@ -270,7 +270,7 @@ def test_cli_ray_packs_a_folder_to_the_store_as_a_local_pack(cluster: Any, bucke
     root, local = photos
     flags = [f"--storage-option={key}={value if isinstance(value, str) else json.dumps(value)}"
              for key, value in bucket.options.items()]
-    command = ["pack", str(root), "-o", bucket.url("cli.fl"), "--ray", cluster.address, "--shard-size", SHARD,
+    command = ["pack", str(root), "-o", bucket.url("cli.fl"), "--ray", "--ray-address", cluster.address, "--shard-size", SHARD,
                "--quiet", *flags]
     assert main(command) == 0
     assert_same_records(assert_only_the_dataset(bucket, "cli.fl"), local)
