@@ -5,6 +5,8 @@
     inputs.py       what the rows run on, and the files of the baseline left out of it
     baseline.py     the ImageFolder + torch DataLoader baseline users have today
     contenders.py   each row's loader: torch defaults/tuned, raw reads, fastload, DALI
+    training.py     the model step the rows run under (a torchvision model or your fn) and its
+                    headspace: the step alone on a batch already on the device
     runs.py         timed runs: warm-up, bounded time, data wait, Ctrl-C keeps results
     repeats.py      a row's interleaved repeats → median, range, ratios paired repeat by repeat
     monitor.py      the progress line on stderr, peak memory of a run and its workers

@@ -140,8 +140,10 @@ def _legend(report: BenchReport) -> str:
                          "on a quieter machine")
     headspace = report.headspace
     if headspace is not None:
+        alone = ("on a batch already on the device" if headspace.steps else
+                 "by construction (batch size / its sleep)")
         lines.append(f"× headspace: a row's samples/s under the step over the step's own "
-                     f"{headspace.samples_per_s:.0f} samples/s on a batch already on the device (1.00x: "
+                     f"{headspace.samples_per_s:.0f} samples/s {alone} (1.00x: "
                      "the loader keeps the model busy); data wait: the loop's time inside next(); "
                      "step ms: the step's time per batch in that row's loop")
         above = [r.name for r in report.runs if r.samples and r.kind != "raw" and r.samples_per_s > 1.1 * headspace.samples_per_s]
