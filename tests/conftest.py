@@ -6,6 +6,7 @@ The test folders are packages (empty ``__init__.py``), so test modules import th
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import os
@@ -168,6 +169,23 @@ def load_manifest_json(dataset: Path) -> dict:
 
 def save_manifest_json(dataset: Path, raw: dict) -> None:
     (dataset / "manifest.json").write_text(json.dumps(raw))
+
+
+# --- reading our own source ----------------------------------------------------------------------
+
+def parse_python(path: Path, tries: int = 5) -> ast.Module:
+    """``ast.parse`` of a source file, tried again when CPython 3.11 raises its spurious "AST
+    constructor recursion depth mismatch": the converter's depth counter is shared by the whole
+    interpreter, so a parse in another thread at the same moment (a traceback being formatted
+    parses its line) corrupts it (python/cpython#106905). Seen once on a machine at load 14-20."""
+    source = path.read_text()
+    for attempt in range(tries):
+        try:
+            return ast.parse(source, filename=str(path))
+        except SystemError as exc:
+            if "recursion depth mismatch" not in str(exc) or attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 # --- running the CLI ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import REPO, parse_python
 
 DOCS = REPO / "docs"
 
@@ -49,7 +49,7 @@ def _text(page: Path) -> str:
 def _class_docs(path: Path, name: str) -> tuple[str, list[str]]:
     """A class's docstring summary (markup removed) and its __init__ parameter names, read from
     the source, so the check follows the docstring when it changes."""
-    tree = ast.parse(path.read_text())
+    tree = parse_python(path)
     cls = next(node for node in ast.walk(tree) if isinstance(node, ast.ClassDef) and node.name == name)
     summary = ast.get_docstring(cls).split("\n\n")[0]
     init = next(node for node in cls.body if isinstance(node, ast.FunctionDef) and node.name == "__init__")

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import REPO, parse_python
 
 PACKAGES = ("fastload", "converters")
 
@@ -29,7 +29,7 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The project modules ``name`` imports, by every import statement in it."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parse_python(path)):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -112,7 +112,7 @@ def test_every_package_is_installed_and_under_the_fastload_name():
     assert config["options"]["package_dir"].split() == ["fastload.converters", "=", "converters"]
     modules = _modules()
     top_level = [f"{name}: {path}" for name, path in modules.items()
-                 for node in ast.walk(ast.parse(path.read_text()))
+                 for node in ast.walk(parse_python(path))
                  if isinstance(node, (ast.Import, ast.ImportFrom))
                  and any((getattr(node, "module", None) or alias.name).split(".")[0] == "converters"
                          for alias in node.names)]

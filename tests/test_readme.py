@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, many_small_jpegs
+from tests.conftest import REPO, many_small_jpegs, parse_python
 
 GUARANTEES = REPO / "docs" / "guarantees.md"
 
@@ -26,7 +26,7 @@ _LINK = re.compile(r"\]\((?!https?://|mailto:|#)([^)\s#]+)(?:#[^)\s]*)?\)")
 
 
 def _defined_names(path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parse_python(path)
     return {node.name for node in ast.walk(tree)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
