@@ -275,7 +275,9 @@ def test_overwrite_takes_the_lock_before_deleting_anything(cli, imagefolder, tmp
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        result = cli("pack", src, "-o", out, "--overwrite")
+        # Another shard size: a pack that must replace the dataset (an identical one is "already
+        # packed" before any lock is taken, so that it also answers on read-only media).
+        result = cli("pack", src, "-o", out, "--overwrite", "--shard-size", "16KB")
         assert result.rc == 2 and f"another pack (pid {holder.pid}) is writing here" in result.err
         # the finished dataset is untouched (the holder made the lock file)
         assert sorted(p.name for p in out.iterdir() if p.name != ".pack.lock") == before

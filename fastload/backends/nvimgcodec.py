@@ -34,7 +34,7 @@ from fastload.decode.pipeline import ThreadDecoder
 from fastload.errors import CorruptRecordError
 from fastload.loading.prefetch import ThreadPrefetcher
 from fastload.loading.transfer import Normalizer, map_tensors, ready_on_loop_stream
-from fastload.samples.collate import skipped_in, with_skips
+from fastload.samples.collate import collate_images, keep_skips, skipped_in, with_skips
 
 DEPTH = 2
 """Batches read and planned ahead, and batches decoded ahead, of the loop."""
@@ -148,11 +148,10 @@ class NvImageCodecBackend:
     def _cpu_side(self) -> torch.utils.data.DataLoader:
         """torch's loader over the CPU parts: the worker processes persist across epochs."""
         if self._cpu_loader is None:
-            from fastload.loading.loader_arguments import collate_for
-
+            skip = self.dataset.on_error == "skip"  # each batch carries its skip count, as the loader's
             self._cpu_loader = torch.utils.data.DataLoader(
                 self.dataset, batch_sampler=self._cpu_parts, num_workers=self._workers,
-                collate_fn=collate_for(self.dataset, None, True), pin_memory=self.gpu,
+                collate_fn=keep_skips(collate_images) if skip else collate_images, pin_memory=self.gpu,
                 persistent_workers=True, prefetch_factor=self._prefetch_factor)
         return self._cpu_loader
 
