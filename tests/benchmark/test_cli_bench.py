@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,9 @@ import pytest
 from fastload.benchmark import validate
 from tests.conftest import fastload_command, write_tree
 
-QUICK = ["--batch-size", "4", "--image-size", "32", "--duration", "0.3", "--samples", "8"]
+# Each run ends at --samples, whatever the machine's speed: the duration is longer than any run takes
+# (with 0.3 s, a run on a machine at load 14-20 once ended after one batch of 4).
+QUICK = ["--batch-size", "4", "--image-size", "32", "--duration", "300", "--samples", "8"]
 BENCH = [*QUICK, "--repeats", "1"]  # one run per row: the repeat tests ask for more
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -170,29 +173,68 @@ def test_tune_prints_the_settings_and_the_grid(cli, photos):
 def test_ctrl_c_prints_the_partial_table(photos, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
+    # stderr on a terminal: bench writes its progress line there, so the test sees the first row
+    # time a batch before it presses Ctrl-C (a fixed wait could fall before the row had started).
     # PYTHONFAULTHANDLER: if it ever hangs, SIGABRT makes it print every thread's stack.
+    terminal, child_end = os.openpty()
     proc = subprocess.Popen(fastload_command("bench", photos("folder"), "--batch-size", "4", "--image-size",
-                                             "32", "--duration", "60", "--no-dali", "--work", work),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                             "32", "--duration", "600", "--no-dali", "--work", work),
+                            stdout=subprocess.PIPE, stderr=child_end, text=True,
                             env={**os.environ, "PYTHONFAULTHANDLER": "1"})
-    deadline = time.monotonic() + 60
-    while not list(work.glob("*/sample.fl/manifest.json")):  # packed: the first row starts now
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
-    time.sleep(1.5)
+    os.close(child_end)
+    shown = _Terminal(terminal, re.compile(r"\[1/\d+\] [^\r]*, [1-9]\d* samples"))
+    if not (shown.event.wait(timeout=240) and shown.found):  # the wait: a guard against a hang
+        proc.kill()
+        pytest.fail(f"the first row timed no batch (exit {proc.poll()}):\n{shown.text()[-3000:]}")
     proc.send_signal(signal.SIGINT)
     try:
-        out, err = proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGABRT)
-        out, err = proc.communicate()
-        pytest.fail(f"no exit within 60 s of Ctrl-C; its threads were:\n{err[-6000:]}\n{out[-2000:]}")
+        out, _ = proc.communicate()
+        shown.closed.wait(10)
+        pytest.fail(f"no exit within 120 s of Ctrl-C; its threads were:\n{shown.text()[-6000:]}\n{out[-2000:]}")
+    shown.closed.wait(10)
+    err = shown.text()
     assert proc.returncode == 130, err
     rows = table_rows(out)
     assert list(rows)[0] == "torch ImageFolder, defaults" and "[partial: interrupted]" in rows[
         "torch ImageFolder, defaults"]
     assert "interrupted: the table holds what was measured before Ctrl-C" in out
     assert "Traceback" not in err and list(Path(work).iterdir()) == []
+
+
+class _Terminal:
+    """Reads what a child writes to a pseudo-terminal, in a thread (a full terminal would stop the
+    child); ``found`` once ``pattern`` has shown; ``event`` is set then, or at the end."""
+
+    def __init__(self, fd: int, pattern: re.Pattern[str]) -> None:
+        self.fd, self.pattern = fd, pattern
+        self.chunks: list[bytes] = []
+        self.found = False
+        self.event, self.closed = threading.Event(), threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def text(self) -> str:
+        return b"".join(self.chunks).decode(errors="replace")
+
+    def _read(self) -> None:
+        try:
+            while True:
+                try:
+                    chunk = os.read(self.fd, 65536)
+                except OSError:  # EIO: every writer has closed its end
+                    break
+                if not chunk:
+                    break
+                self.chunks.append(chunk)
+                if not self.found and self.pattern.search(self.text()):
+                    self.found = True
+                    self.event.set()
+        finally:
+            os.close(self.fd)
+            self.closed.set()
+            self.event.set()
 
 
 def test_cold_bench_and_doctor_drop_the_cache_and_read_once(cli, photos, tmp_path):
