@@ -41,3 +41,12 @@ def fault_proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
 def s3_bucket(s3_server: S3Server) -> str:
     """A new, empty bucket: unique names keep tests apart without resetting the server."""
     return s3_server.make_bucket(f"fastload-{uuid.uuid4().hex[:20]}")
+
+
+@pytest.fixture(params=["obstore", "fsspec"])
+def client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each store client in turn (FASTLOAD_STORE_CLIENT), for tests that every client must pass."""
+    if request.param == "obstore":
+        pytest.importorskip("obstore", reason="the obstore client needs obstore: pip install -e '.[dev]'")
+    monkeypatch.setenv("FASTLOAD_STORE_CLIENT", request.param)
+    return str(request.param)

@@ -26,14 +26,6 @@ QUICK = RetryPolicy(attempts=3, base=0.01, cap=0.05)
 DATA = os.urandom(3 << 20)  # a few MB, random so any misplaced byte shows
 
 
-@pytest.fixture(params=["obstore", "fsspec"])
-def client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "obstore":
-        pytest.importorskip("obstore", reason="the obstore client needs obstore: pip install -e '.[dev]'")
-    monkeypatch.setenv("FASTLOAD_STORE_CLIENT", request.param)
-    return str(request.param)
-
-
 @pytest.fixture
 def store(client: str, s3_server: S3Server, fault_proxy: FaultProxy, s3_bucket: str) -> Iterator[RemoteStore]:
     """A folder holding ``blob`` (DATA), reached through the fault proxy, retried quickly."""

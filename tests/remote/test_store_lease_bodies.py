@@ -17,14 +17,6 @@ from fastload.verifier import verify
 from tests.conftest import make_jpeg
 
 
-@pytest.fixture(params=["obstore", "fsspec"])
-def client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "obstore":
-        pytest.importorskip("obstore", reason="the obstore client needs obstore: pip install -e '.[dev]'")
-    monkeypatch.setenv("FASTLOAD_STORE_CLIENT", request.param)
-    return str(request.param)
-
-
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
     root = tmp_path_factory.mktemp("lease") / "images"
