@@ -175,9 +175,10 @@ def test_a_killed_append_leaves_the_old_version_and_a_rerun_finishes_it(tmp_path
     old = _records(fastload.PackedDataset(out))
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_KILLED_APPEND), str(tmp_path / "new"), str(out)],
                             env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (out / "shard-00004.lmdb").exists():
+    deadline = time.monotonic() + 240  # a guard against a hang, not a speed
+    while not (out / "shard-00004.lmdb").exists():
         assert proc.poll() is None, "the append ended before it was killed"
+        assert time.monotonic() < deadline, "the append wrote no shard-00004"
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)

@@ -221,9 +221,10 @@ def test_a_killed_writer_leaves_no_readable_dataset_and_a_rerun_works(tmp_path, 
 def _run_and_kill(out, watched) -> None:
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_KILLED_WRITER), str(out)],
                             env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not list(watched.glob("shard-*")):
+    deadline = time.monotonic() + 240  # a guard against a hang, not a speed
+    while not list(watched.glob("shard-*")):
         assert proc.poll() is None, "the writer ended before it was killed"
+        assert time.monotonic() < deadline, "the writer wrote no shard"
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)

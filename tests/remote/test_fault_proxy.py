@@ -223,7 +223,7 @@ def test_timeout_hits_the_client_read_timeout(
     began = time.monotonic()
     with pytest.raises(botocore.exceptions.ReadTimeoutError):
         fs.cat_file(path, start=0, end=10)
-    assert time.monotonic() - began < 5
+    assert time.monotonic() - began < 30  # the 1 s read timeout ended it, not botocore's 60 s default
     assert fs.cat_file(path, start=0, end=10) == OBJECT[:10]  # the next request is served
 
 

@@ -166,7 +166,7 @@ def test_a_claimed_piece_excludes_other_threads_until_released(tmp_path: Path) -
     waiter.start()
     assert not waited.wait(0.3)  # still fetching
     mine.release()
-    waiter.join(timeout=5)
+    waiter.join(timeout=60)  # a guard against a hang: it wakes as soon as the claim is released
     assert waited.is_set()
     again = entry.claim(1)
     assert again is not None
@@ -206,7 +206,7 @@ def test_a_claim_excludes_other_processes_and_dies_with_its_holder(tmp_path: Pat
     child = CTX.Process(target=_claim_and_sleep, args=(entry, 3, claimed))
     child.start()
     try:
-        assert claimed.wait(10)
+        assert claimed.wait(120)  # a guard against a hang (a forked child on a loaded machine)
         assert entry.claim(3) is None  # the child is fetching it
         os.kill(child.pid, signal.SIGKILL)  # killed mid-fetch: the kernel drops its claim
         child.join(10)
