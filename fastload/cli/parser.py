@@ -70,6 +70,11 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _on_error(text: str) -> str:
+    """``--on-error``: ``fail``, the spelling packs had first, is ``raise`` (the loader's)."""
+    return "raise" if text == "fail" else text
+
+
 def _whole_number(text: str) -> int | float:
     """``5e8`` as 500000000; anything else as written, for the library to judge."""
     value = float(text)
@@ -79,11 +84,6 @@ def _whole_number(text: str) -> int | float:
 def build_parser() -> argparse.ArgumentParser:
     from fastload import __version__
     from fastload.config import MAX_FILE_SIZE, MAX_PIXELS
-def _on_error(text: str) -> str:
-    """``--on-error``: ``fail``, the spelling packs had first, is ``raise`` (the loader's)."""
-    return "raise" if text == "fail" else text
-
-
 
     parser = argparse.ArgumentParser(
         prog="fastload", description=f"Pack small files into shards and load them fast. A source is {SOURCES}.")
@@ -174,6 +174,14 @@ def _on_error(text: str) -> str:
     _add_storage_option(p)
     p.set_defaults(run=info_command)
 
+    p = sub.add_parser("show", help="print one record's fields and write its image to a file")
+    p.add_argument("path", metavar="DATASET", help="packed dataset folder or store URL")
+    p.add_argument("index", metavar="INDEX", type=int, help="the record's number (0-based; -1: the last)")
+    p.add_argument("-o", "--out", metavar="FILE", default=None,
+                   help="where to write the record's image (default: record-INDEX.<ext> in this folder)")
+    _add_storage_option(p)
+    p.set_defaults(run=show_command)
+
     p = sub.add_parser("verify", help="recompute every record's checksum; exit 1 if anything is wrong")
     p.add_argument("path")
     p.add_argument("--decode", action="store_true", help="also decode every image")
@@ -183,14 +191,6 @@ def _on_error(text: str) -> str:
     p = sub.add_parser("tune", help="measure a short grid of loader settings on a packed dataset")
     p.add_argument("path", help="packed dataset folder")
     p.add_argument("--batch-size", type=int, default=64, help="samples per batch (default 64)")
-    p = sub.add_parser("show", help="print one record's fields and write its image to a file")
-    p.add_argument("path", metavar="DATASET", help="packed dataset folder or store URL")
-    p.add_argument("index", metavar="INDEX", type=int, help="the record's number (0-based; -1: the last)")
-    p.add_argument("-o", "--out", metavar="FILE", default=None,
-                   help="where to write the record's image (default: record-INDEX.<ext> in this folder)")
-    _add_storage_option(p)
-    p.set_defaults(run=show_command)
-
     p.add_argument("--image-size", type=int, default=224, help="crop side in pixels (default 224)")
     p.add_argument("--eval", action="store_true", help="tune the eval pipeline (default: train)")
     p.add_argument("--batches", type=int, default=6, help="timed batches per candidate (default 6)")
