@@ -20,9 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from PIL import Image, ImageDraw
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Property tests judge results, never speed: no per-example deadline, and no failure when a busy
+# machine makes drawing examples slow (a test's own @settings still sets what it names).
+settings.register_profile("fastload", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("fastload")
 NOBODY = 65534
 
 

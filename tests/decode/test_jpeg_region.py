@@ -214,7 +214,8 @@ def check_damaged(jpeg: bytes, cut: int, flips: list[tuple[int, int]], seed: int
     assert np.array_equal(region, whole)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(**DAMAGE)
 def test_damaged_jpegs_give_pillows_pixels_or_a_corrupt_record_error(jpegs, cut, flips, seed):
     check_damaged(jpegs["4:2:0"], cut, flips, seed)

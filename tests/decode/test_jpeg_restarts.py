@@ -176,7 +176,8 @@ def test_train_and_eval_crops_of_a_rewritten_file_equal_the_originals(originals,
         assert np.array_equal(from_cut, decode_crop(originals[name], plan)), plan
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(**DAMAGE)
 def test_damaged_rewritten_jpegs_give_pillows_pixels_or_a_corrupt_record_error(rewritten, cut, flips,
                                                                                  seed):
