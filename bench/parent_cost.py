@@ -10,7 +10,7 @@ Two loaders over the same photo-like JPEGs (``make_example.py``), side by side i
 interleaved: torch's ``DataLoader`` over the ImageFolder baseline and ``fastload.DataLoader(mode=
 "processes")`` over the packed copy, both ``num_workers=2``, ``batch_size=256``,
 ``persistent_workers``, ``pin_memory=True``, the train crop 224. The timed loop asks for the next
-batch, copies its images into one reused buffer (unless ``--no-pin-copy``: a stand-in for torch's pin-memory
+batch, copies its images into one reused buffer (``--pin-copy``: a stand-in for torch's pin-memory
 thread, which copies each batch from shared memory into pinned memory; a CPU-only torch cannot pin,
 and then ignores ``pin_memory``), then drops the batch. Measured in the parent only (workers are
 other processes): ``time.process_time`` over the timed batches (every thread of the parent),
@@ -20,7 +20,7 @@ thread. The median of ``--repeats`` runs. Nothing asserts on time.
 
 On a GPU machine torch's pin-memory thread receives, copies and frees (``next``'s receive part,
 ``copy`` and ``free``); the main thread runs the iterator's bookkeeping and the loop. Two caps are
-printed: the whole parent's CPU (``batch / parent ms``, the one that caps the rate) and the main thread's alone.
+printed: the whole parent's CPU (``batch / parent ms``, the brief's figure) and the main thread's alone.
 
     python bench/parent_cost.py --count 2000 --repeats 3
 

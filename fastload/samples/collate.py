@@ -91,24 +91,7 @@ def collate_images(batch: Any) -> Any:
         out = []  # every record of this batch was skipped: nothing to collate
     else:
         out = default_collate(batch)
-    if torch.utils.data.get_worker_info() is not None:
-        _hold_until_next(out)
     return out if skipped is None else with_skips(out, skipped)
-
-
-# A worker keeps the batch it sent until it has made the next one: shared memory is freed by the
-# last process to drop it, and that was the training process, ~5 ms a batch of 256×3×224² (38.5 MB
-# of tmpfs pages: nearly all of its own CPU per batch, bench/parent_cost.py) in the one process
-# every batch passes through. One batch time later the training process has pinned or used it and
-# let it go, so the worker frees it, beside the other workers. The cost: one batch more in memory
-# per worker while the training process no longer holds it; one it still holds is freed as before.
-_sent: list[torch.Tensor] = []
-
-
-def _hold_until_next(batch: Any) -> None:
-    held: list[torch.Tensor] = []
-    map_tensors(batch, lambda t: held.append(t) or t)
-    _sent[:] = held  # the previous batch's tensors go, freed here when nothing else holds them
 
 
 # --- carrying on_error="skip" counts from the worker that skipped to loader.stats() ---------------
