@@ -153,6 +153,11 @@ def _proxy_cost(data: dict[str, Any]) -> str:
         f"{name} {row['cpu_s_per_1000_requests']:.2f}" for name, row in data["report"].items())
 
 
+def _parent_cost(data: dict[str, Any]) -> str:
+    return "parent CPU a batch: " + ", ".join(
+        f"{name} {row['parent_ms']:.1f} ms (caps at {_rate(row['cap_parent'])})" for name, row in data["medians"].items())
+
+
 READERS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {  # in the table's order
     "load": ("loading, 2 cores", _load),
     "load-cold-lmdb-readahead": ("cold LMDB reads", _load),
@@ -164,6 +169,7 @@ READERS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {  # in the ta
     "fields": ("samples with fields", _named_runs),
     "gpu": ("a real GPU fed", _gpu),
     "nvimgcodec-profile": ("GPU decode stages", _nvimgcodec_profile),
+    "parent-cost": ("the training process's CPU, processes mode", _parent_cost),
     "pack": ("packing 10,000 photos", _pack),
     "sources": ("packing each way in", _records_per_s),
     "writer": ("writing from Python", _records_per_s),
