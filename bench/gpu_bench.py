@@ -118,9 +118,13 @@ def fastload_batches(packed: Path, args: argparse.Namespace, mode: str) -> Itera
         explicit = {} if mode == "auto" else {"mode": mode, "num_workers": args.workers if mode == "processes" else 0}
     # Persistent workers, as torch's row has: 6,000 photos are 23 batches, and a loader that forked
     # 16 workers again each epoch would time their start, not their decode.
-    loader = fastload.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, drop_last=True,
-                                 device="cuda", mean=list(MEAN), std=list(STD), persistent_workers=True,
-                                 **explicit)
+    def make(**more: Any) -> fastload.DataLoader:
+        return fastload.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, drop_last=True,
+                                   device="cuda", mean=list(MEAN), std=list(STD), **explicit, **more)
+
+    loader = make()
+    if loader.num_workers > 0:  # torch refuses persistent_workers without workers
+        loader = make(persistent_workers=True)
     print(f"  fastload {loader.settings.as_kwargs()}", flush=True)
     try:
         while True:
