@@ -51,6 +51,10 @@ class MissingDependencyError(FastloadError, ImportError):
     """An optional dependency is not installed."""
 
 
+class ClusterUnreachableError(FastloadError, ConnectionError):
+    """No Ray cluster answered at the address given (or none runs where ``"auto"`` looks)."""
+
+
 class SkippedRecordWarning(UserWarning):
     """A damaged record was dropped from its batch by ``on_error="skip"`` (said once per shard)."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 import torch
@@ -69,7 +70,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             convolutions with tensor cores want), on ``device``; the shape stays N×C×H×W.
         mode: where batches are made: ``"main"`` (this process, as torch's ``num_workers=0``),
             ``"threads"`` (a background thread and a decode thread pool, 0 worker processes),
-            ``"processes"`` (``num_workers`` worker processes), or ``"auto"``: from ``num_workers``
+            ``"processes"`` (``num_workers`` worker processes), ``"ray"`` (``num_workers`` decode
+            actors on a Ray cluster, the same batches; see docs/ray.md), or ``"auto"``: from ``num_workers``
             when it is given (0: main, as torch's), else chosen in ``loader.settings``. What
             ``fastload.tune`` finds is passed back as ``DataLoader(ds, **settings.as_kwargs())``.
         batch_transform: ``fn(batch, generator) -> batch`` on each delivered ``(images, labels)``
@@ -77,6 +79,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             jitter as torch ops; see :mod:`fastload.augment`); ``generator`` is a
             ``torch.Generator`` on the batch's device seeded from ``(seed, epoch, position of the
             batch's first sample)``: the same draws after a resume, for either backend.
+        ray_address: with ``mode="ray"``, the cluster: None joins the Ray this process is
+            connected to, else ``RAY_ADDRESS`` or the cluster this machine is part of; ``"host:port"``
+            that cluster's head; ``"local"`` starts a Ray on this machine.
     """
 
     def __init__(self, dataset: torch.utils.data.Dataset, batch_size: int | None = 1,
@@ -90,9 +95,10 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                  std: Sequence[float] | None = None, seed: int | None = None, distributed: bool | None = None,
                  backend: Literal["torch", "dali", "nvimgcodec"] = "torch",
                  batch_transform: BatchTransform | None = None,
-                 mode: Literal["auto", "main", "threads", "processes"] = "auto",
+                 mode: Literal["auto", "main", "threads", "processes", "ray"] = "auto",
                  dtype: torch.dtype | None = None,
-                 memory_format: torch.memory_format = torch.contiguous_format) -> None:
+                 memory_format: torch.memory_format = torch.contiguous_format,
+                 ray_address: str | None = None) -> None:
         check_transform_and_backend(dataset, backend, batch_transform, device)
         self.batch_transform = batch_transform
         dataset = packed_subset(dataset)
@@ -132,6 +138,12 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                          persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
                          in_order=in_order)
         # A tail of our own replaces torch's iterator; the sampler, len() and state stay the loader's.
+        self.ray_address = ray_address
+        if self.settings.mode == "ray":  # decode actors on a Ray cluster
+            from fastload.loading.ray_mode import RayDecode
+
+            tail = partial(RayDecode, backend=backend, pin_memory=self.settings.pin_memory, in_order=in_order,
+                           address=ray_address)
         self._tail = None if tail is None else tail(
             dataset, batch_size=self.batch_size, device=self._device, mean=mean, std=std,
             collate_fn=self.collate_fn, batched=self.batch_sampler is not None,
@@ -168,7 +180,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         from fastload.dataset import PackedDataset
         from fastload.samples.mixed import MixedDataset
 
-        if isinstance(self.dataset, (PackedDataset, MixedDataset)):  # in a store: fetch ahead into the node cache
+        if isinstance(self.dataset, (PackedDataset, MixedDataset)) and self.settings.mode != "ray":
+            # in a store: fetch ahead into the node cache (mode="ray": the actors' nodes' caches)
             self.dataset.fill_cache()
         inner: Any = None
         if self._tail is not None:  # already on the device, normalised
@@ -178,7 +191,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             if self.settings.mode == "threads":
                 source = ThreadPrefetcher(source, self.settings.prefetch_batches)
         return LoaderIterator(self, inner, source, progress, self._stats, self._device, self._normalizer,
-                              on_device=self._tail is not None, workers=self.num_workers > 0, layout=self._layout)
+                              on_device=getattr(self._tail, "on_device", self._tail is not None),
+                              workers=self._tail is None and self.num_workers > 0, layout=self._layout)
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch of the next iteration (forwarded to the sampler if it has set_epoch)."""

@@ -18,7 +18,7 @@ from torch.utils.data import Dataset
 
 from fastload.config import available_cpus, env_int
 
-Mode = Literal["main", "threads", "processes"]
+Mode = Literal["main", "threads", "processes", "ray"]
 
 THREAD_DECODE_CORES = 2
 """Up to this many cores the built-in pipeline decodes in threads; above it, in worker processes.
@@ -33,7 +33,8 @@ GPU, 1.85× torch against threads' 1.72× at 4 cores, 1.32× against 1.10× at 8
 @dataclass(frozen=True)
 class LoaderSettings:
     """What the loader runs with. ``mode``: decode in the main process (``main``), in a background
-    thread with a decode thread pool (``threads``), or in ``num_workers`` worker processes."""
+    thread with a decode thread pool (``threads``), in ``num_workers`` worker processes, or in
+    ``num_workers`` decode actors on a Ray cluster (``ray``)."""
 
     num_workers: int
     prefetch_factor: int | None
@@ -123,8 +124,13 @@ def resolve_settings(dataset: Dataset, *, batch_size: int | None, num_workers: i
 
 def _workers_for(mode: str, num_workers: int | str, cores: int) -> int:
     """The worker processes of an explicit ``mode``; a num_workers that contradicts it is refused."""
-    if mode not in ("main", "threads", "processes"):
-        raise ValueError(f"mode={mode!r}: choose 'auto', 'main', 'threads' or 'processes'")
+    if mode not in ("main", "threads", "processes", "ray"):
+        raise ValueError(f"mode={mode!r}: choose 'auto', 'main', 'threads', 'processes' or 'ray'")
+    if mode == "ray":  # the cluster's size is not a fact of this machine: the user says
+        if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
+            raise ValueError(f"mode='ray' needs num_workers >= 1 (the decode actors to start on the "
+                             f"cluster), not {num_workers!r}")
+        return num_workers
     if mode == "processes":
         if num_workers == "auto":
             return min(cores, 8)

@@ -1,0 +1,96 @@
+"""mode="ray", step two: a decode actor, the loader's own fetch + collate on a cluster node, and the
+batch as it crosses Ray's object store (tensors as NumPy arrays: stored and read without a copy)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastload.samples.collate import SkipCounted, with_skips
+
+
+class DecodeActor:
+    """Runs on a Ray node (``ray.remote(DecodeActor)``): the dataset is opened there, from its path
+    or URL (``PackedDataset`` pickles without its open files), and each call makes one whole batch
+    exactly as torch's fetcher does in the threads mode: ``collate_fn(dataset.__getitems__(keys))``.
+
+    Args:
+        dataset: the loader's map-style dataset.
+        collate_fn: the loader's.
+        threads: decode threads for a dataset that left ``decode_threads`` to fastload (the
+            actor's CPUs, not the node's).
+    """
+
+    def __init__(self, dataset: Any, collate_fn: Callable[[Any], Any], threads: int) -> None:
+        if getattr(dataset, "decode_threads", 0) is None:
+            dataset.decode_threads = threads
+        self.dataset, self.collate_fn = dataset, collate_fn
+        fill = getattr(dataset, "fill_cache", None)
+        if fill is not None:  # in a store: fetch ahead into this node's cache
+            fill()
+
+    def ready(self) -> str:
+        """This actor's node (called once: the actor has started and opened the dataset)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def decode(self, keys: Sequence[Any]) -> Any:
+        """The batch of sampler ``keys``, its tensors as :class:`Stored` arrays."""
+        getitems = getattr(self.dataset, "__getitems__", None)
+        samples = getitems(list(keys)) if getitems else [self.dataset[k] for k in keys]
+        return walk(self.collate_fn(samples), torch.Tensor, _store)
+
+
+class Stored:
+    """A tensor of the batch as a NumPy array: Ray writes it into the object store out of band
+    and the trainer reads it in place (read-only) before copying it to memory of its own."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Stored, (self.array,)
+
+
+def _store(tensor: torch.Tensor) -> Any:
+    try:
+        return Stored(tensor.detach().numpy())
+    except (TypeError, RuntimeError):  # a dtype NumPy lacks (bfloat16): pickled as torch does
+        return tensor
+
+
+def to_tensors(batch: Any, pin: bool) -> Any:
+    """A batch as the actor sent it → the batch the local modes deliver: each array copied once,
+    into pinned memory when ``pin`` (what torch's pin_memory makes), else into a tensor of its own."""
+
+    def load(stored: Stored) -> torch.Tensor:
+        array = stored.array
+        dtype = torch.from_numpy(np.empty(0, dtype=array.dtype)).dtype
+        out = torch.empty(array.shape, dtype=dtype, pin_memory=pin)
+        if out.numel():
+            out.numpy()[...] = array  # out of the object store (read-only) in one copy
+        return out
+
+    return walk(batch, Stored, load)
+
+
+def walk(batch: Any, kind: type, fn: Callable[[Any], Any]) -> Any:
+    """``batch`` with ``fn`` applied to every ``kind`` inside its tuples, lists and dicts; an
+    ``on_error="skip"`` count and a named tuple's type are kept."""
+    if isinstance(batch, SkipCounted):
+        return with_skips(walk(batch._plain(batch), kind, fn), batch.skipped)
+    if isinstance(batch, kind):
+        return fn(batch)
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(walk(b, kind, fn) for b in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(walk(b, kind, fn) for b in batch)
+    if isinstance(batch, dict):
+        return {k: walk(v, kind, fn) for k, v in batch.items()}
+    return batch

@@ -1,0 +1,229 @@
+"""mode="ray": the sampler's key batches decoded by actors on a Ray cluster, delivered in order.
+
+    sampler keys ─► batches of keys ─► actor.decode (a node's CPUs: read, decode, collate)
+                 ─► object store ─► this process: one copy into pinned (or own) memory ─► device
+
+Nothing here decides what a batch holds: the sampler does, as in every mode, so the batches, their
+order and ``state_dict()`` are the threads mode's. What this module adds is where the work runs and
+that none of it is lost: a batch whose actor (or node) is lost is sent again to another actor and
+still delivered in its place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fastload.loading.prefetch import ThreadPrefetcher
+from fastload.loading.ray_actor import DecodeActor, to_tensors
+from fastload.loading.ray_connect import connect
+
+ACTOR_CPUS = 1  # what each decode actor asks of the cluster; it decodes with as many threads
+TRIES = 3  # a batch lost with this many actors in a row is an error, not a lost node
+HANDOVER = 2  # batches copied out of the object store ahead of the loop, in a background thread
+START_WAIT_S = 600.0  # no actor at all started within this: the cluster cannot place one; say so
+
+
+@dataclass
+class _Job:
+    """One batch of keys sent to one actor."""
+
+    keys: list[Any]
+    actor: Any
+    ref: Any
+    tries: int = 1
+
+
+class RayDecode:
+    """The tail of ``DataLoader(mode="ray", num_workers=N)``: ``N`` decode actors, started at the
+    first iteration and kept across epochs (as persistent workers are), each asking for
+    ``ACTOR_CPUS`` of the cluster, spread over its nodes.
+
+    Args:
+        dataset: a map-style dataset the actors can open (a PackedDataset at a path every node
+            sees, or a store URL).
+        backend: must be ``"torch"``: the actors run the CPU pipeline.
+        collate_fn, batched: the loader's; batches are made whole on the actors.
+        num_workers: decode actors.
+        prefetch_factor: batches in flight per actor (``num_workers * prefetch_factor`` in all).
+        pin_memory: batches are copied out of the object store into pinned memory.
+        in_order: deliver in the sampler's order (else as they come).
+        address: the cluster (see :func:`fastload.loading.ray_connect.connect`).
+        batch_size, device, mean, std: the loader's; the sampler makes the batches, and the
+            loader's DeviceFeed moves and normalises them, as in the local modes.
+    """
+
+    on_device = False  # the loader's DeviceFeed moves (and normalises) the batches
+
+    def __init__(self, dataset: Any, *, backend: str, collate_fn: Any, batched: bool, num_workers: int,
+                 prefetch_factor: int | None, pin_memory: bool, in_order: bool, address: str | None,
+                 batch_size: int | None = None, device: Any = None, mean: Any = None, std: Any = None) -> None:
+        if backend != "torch":
+            raise ValueError(f"mode='ray' with backend={backend!r}: the decode actors run the CPU "
+                             "pipeline (backend='torch'); use one or the other")
+        if isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__getitem__"):
+            raise ValueError(f"mode='ray': {type(dataset).__name__} is not a map-style dataset; the "
+                             "actors fetch batches of the sampler's indices, which needs __getitem__")
+        if not batched:
+            raise ValueError("mode='ray' with batch_size=None: the actors make whole batches; pass a batch_size")
+        self.ray = connect(address)
+        self.dataset, self.collate_fn = dataset, collate_fn
+        self.num_workers, self.pin, self.in_order = num_workers, pin_memory, in_order
+        self.depth = num_workers * (prefetch_factor or 2)
+        self.actors: list[Any] = []  # started, dataset open
+        self.nodes: dict[Any, str] = {}  # actor → the id of the node it runs on
+        self.starting: dict[Any, Any] = {}  # ready() call → actor
+        self.replaced = 0  # actors lost and replaced
+        self.resent = 0  # batches sent again because their actor was lost
+        self._remote: Any = None
+        self._dataset_ref: Any = None
+
+    def batches(self, key_batches: Iterable[Sequence[Any]]) -> Iterator[Any]:
+        """Each batch of keys as the threads mode makes it, on the CPU, in order."""
+        self.start()
+        return ThreadPrefetcher(_Flight(self, iter(key_batches)), HANDOVER)
+
+    # --- the actors --------------------------------------------------------------------------------
+
+    def start(self, wait: bool = False) -> None:
+        """Start the actors if none runs (the first iteration does); with ``wait``, return once
+        every one has started (or was replaced): a benchmark's warm-up, a test's known state."""
+        if not self.actors and not self.starting:
+            self._start(self.num_workers)
+        while wait and self.starting:
+            self._admit(wait=True)
+
+    def _start(self, count: int) -> None:
+        if self._remote is None:
+            self._remote = self.ray.remote(num_cpus=ACTOR_CPUS, max_restarts=0,
+                                           scheduling_strategy="SPREAD")(DecodeActor)
+            self._dataset_ref = self.ray.put(self.dataset)  # pickled once for every actor
+        for _ in range(count):
+            actor = self._remote.remote(self._dataset_ref, self.collate_fn, ACTOR_CPUS)
+            self.starting[actor.ready.remote()] = actor
+
+    def pick(self, jobs: Iterable[_Job]) -> Any:
+        """The started actor with the fewest batches of ``jobs`` (waiting for one to start if none has)."""
+        self._admit(wait=not self.actors)
+        load = Counter(job.actor for job in jobs)
+        return min(self.actors, key=lambda actor: load[actor])
+
+    def _admit(self, wait: bool) -> None:
+        """Move the actors that have started into the pool; with ``wait``, until one has."""
+        ray = self.ray
+        while self.starting:
+            done, _ = ray.wait(list(self.starting), num_returns=1, timeout=START_WAIT_S if wait else 0)
+            if not done:
+                if wait:
+                    raise RuntimeError(f"mode='ray': none of the decode actors started within {START_WAIT_S:.0f} s; "
+                                       f"each asks for {ACTOR_CPUS} CPU and the cluster has "
+                                       f"{ray.available_resources().get('CPU', 0)} free of "
+                                       f"{ray.cluster_resources().get('CPU', 0)}: add nodes or lower num_workers")
+                return
+            actor = self.starting.pop(done[0])
+            try:
+                node = ray.get(done[0])
+            except ray.exceptions.RayActorError as exc:
+                if getattr(exc, "actor_init_failed", False):
+                    raise RuntimeError(f"mode='ray': a decode actor could not open the dataset on its node "
+                                       f"({exc}); the dataset must be at a path every node sees, or a "
+                                       "store URL") from exc
+                self.replaced += 1  # its node went while it started
+                self._start(1)
+                continue
+            self.actors.append(actor)
+            self.nodes[actor] = node
+            wait = False
+
+    def lost(self, actor: Any) -> None:
+        """``actor`` (or its node) is gone: a new one is started in its place, used once it runs."""
+        if actor in self.actors:
+            self.actors.remove(actor)
+            self.nodes.pop(actor, None)
+            self.replaced += 1
+            self._kill(actor)
+            self._start(1)
+
+    def close(self) -> None:
+        """Stop every actor (a later iteration starts new ones)."""
+        for actor in [*self.actors, *self.starting.values()]:
+            self._kill(actor)
+        self.actors, self.starting, self.nodes = [], {}, {}
+
+    def _kill(self, actor: Any) -> None:
+        with contextlib.suppress(Exception):  # already dead, or Ray already shut down
+            self.ray.kill(actor, no_restart=True)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter exit: Ray ends the job's actors itself
+            if self.ray.is_initialized():
+                self.close()
+
+
+class _Flight:
+    """One pass: keeps up to ``depth`` batches at the actors and hands them over in order.
+
+    An iterator object, not a generator: a batch whose decoding raised (a damaged record) raises
+    in its place, and the next ``next()`` carries on with the following batch, as torch's does.
+    """
+
+    def __init__(self, pool: RayDecode, key_batches: Iterator[Sequence[Any]]) -> None:
+        self.pool, self.key_batches = pool, key_batches
+        self.jobs: deque[_Job] = deque()  # in the sampler's order
+        self.exhausted = False
+
+    def __iter__(self) -> _Flight:
+        return self
+
+    def __next__(self) -> Any:
+        ray = self.pool.ray
+        self._submit()
+        if not self.jobs:
+            raise StopIteration
+        while True:
+            job = self.jobs[0] if self.pool.in_order else self._first_done()
+            try:
+                batch = ray.get(job.ref)
+            except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as exc:
+                self._resend(job.actor, exc)  # every batch it held, to the others
+                continue
+            except ray.exceptions.RayTaskError as exc:
+                self.jobs.remove(job)
+                raise exc.as_instanceof_cause() from None  # the dataset's own error, with the actor's traceback
+            self.jobs.remove(job)
+            return to_tensors(batch, self.pool.pin)
+
+    def _submit(self) -> None:
+        while not self.exhausted and len(self.jobs) < self.pool.depth:
+            try:
+                keys = list(next(self.key_batches))
+            except StopIteration:
+                self.exhausted = True
+                return
+            actor = self.pool.pick(self.jobs)
+            self.jobs.append(_Job(keys, actor, actor.decode.remote(keys)))
+
+    def _first_done(self) -> _Job:
+        done, _ = self.pool.ray.wait([job.ref for job in self.jobs], num_returns=1)
+        return next(job for job in self.jobs if job.ref == done[0])
+
+    def _resend(self, dead: Any, exc: Exception) -> None:
+        self.pool.lost(dead)
+        for job in self.jobs:
+            if job.actor != dead:
+                continue
+            if job.tries >= TRIES:
+                shown = ", ".join(str(key[0] if isinstance(key, tuple) else key) for key in job.keys[:8])
+                raise RuntimeError(f"mode='ray': the batch of records {shown}{', …' if len(job.keys) > 8 else ''} "
+                                   f"was lost with {TRIES} decode actors in a row (the last: {exc}); a record "
+                                   "that crashes or exhausts the process decoding it? Run this epoch with "
+                                   "mode='threads' to see the error") from exc
+            job.tries += 1
+            self.pool.resent += 1
+            job.actor = self.pool.pick(self.jobs)
+            job.ref = job.actor.decode.remote(job.keys)

@@ -1,0 +1,167 @@
+"""DataLoader(mode="ray") on the package's real Ray cluster (two nodes of one CPU each, one more
+added where a node is to be lost): the batches of mode="threads", pixels and labels, epoch after
+epoch; a node lost mid-epoch leaves every sample once and in order; a resume mid-epoch with a new
+loader delivers exactly the rest; two ranks' shares are the threads mode's, disjoint and complete;
+Ray missing or no cluster reachable is a clear error."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.conftest import REPO
+from tests.loading.helpers import write_id_list
+
+ray = pytest.importorskip("ray", reason="the Ray tests need ray[data]: pip install -e '.[ray]'")
+
+import fastload
+from fastload.converters import pack
+from fastload.sampling.epoch_sampler import EpochSampler
+
+RECORDS = 37  # prime: no batch size or rank count divides it
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("ray-decode")
+    listing = write_id_list(base / "pictures", RECORDS)
+    pack(listing, base / "ids.fl", shard_size="64KB", workers=1, progress=False)
+    return base / "ids.fl"
+
+
+@pytest.fixture(autouse=True)
+def no_actor_left() -> Iterator[None]:
+    """Each test's loaders (and their actors) go with it: the next test needs the cluster's CPUs."""
+    yield
+    gc.collect()
+
+
+def batches(loader: Any, limit: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(images.clone(), labels.clone()) for images, labels in itertools.islice(loader, limit)]
+
+
+def assert_same(got: list[tuple[torch.Tensor, torch.Tensor]], want: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    assert [y.tolist() for _, y in got] == [y.tolist() for _, y in want]
+    assert all(x.dtype == torch.uint8 and y.dtype == torch.int64 for x, y in got)
+    assert all(torch.equal(a, b) for (a, _), (b, _) in zip(got, want))
+
+
+def test_batches_are_the_threads_modes(cluster: Any, packed: Path) -> None:
+    ds = fastload.PackedDataset(packed, image_size=32)
+    threads = fastload.DataLoader(ds, batch_size=5, shuffle=True, seed=3, mode="threads")
+    remote = fastload.DataLoader(ds, batch_size=5, shuffle=True, seed=3, mode="ray", num_workers=2)
+    assert (remote.settings.mode, remote.num_workers, remote.settings.prefetch_factor) == ("ray", 2, 2)
+    assert_same(batches(remote), batches(threads))  # the first batches go to the first actor up
+    remote._tail.start(wait=True)
+    assert len(remote._tail.actors) == 2 and len(set(remote._tail.nodes.values())) == 2  # one a node
+    assert_same(batches(remote), batches(threads))  # the second epoch: another order, both actors
+    assert remote._tail.replaced == 0
+
+
+def test_a_node_lost_mid_epoch_loses_no_sample(cluster: Any, packed: Path) -> None:
+    node = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    slow = fastload.PackedDataset(packed, image_size=32,
+                                  sample_transform=lambda sample, generator: (time.sleep(0.03), sample)[1])
+    remote = fastload.DataLoader(slow, batch_size=2, shuffle=True, seed=5, mode="ray", num_workers=3)
+    remote._tail.start(wait=True)
+    doomed = [a for a, n in remote._tail.nodes.items() if n == node.node_id]
+    assert len(doomed) == 1  # one actor a node: each asks for the node's one CPU
+    it = iter(remote)
+    got = batches(it, limit=2)
+    cluster.remove_node(node)  # its actor holds batches of this epoch
+    got += batches(it)
+    want = batches(fastload.DataLoader(fastload.PackedDataset(packed, image_size=32), batch_size=2,
+                                       shuffle=True, seed=5, mode="threads"))
+    assert_same(got, want)  # every sample once, in the sampler's order
+    assert sorted(y for _, labels in got for y in labels.tolist()) == list(range(RECORDS))
+    assert remote._tail.replaced == 1 and doomed[0] not in remote._tail.actors
+    assert remote._tail.resent >= 1  # the lost actor's batches went to the others
+
+
+def test_a_resume_mid_epoch_delivers_exactly_the_rest(cluster: Any, packed: Path) -> None:
+    ds = fastload.PackedDataset(packed, image_size=32)
+    want = batches(fastload.DataLoader(ds, batch_size=4, shuffle=True, seed=9, mode="threads"))
+    first = fastload.DataLoader(ds, batch_size=4, shuffle=True, seed=9, mode="ray", num_workers=2)
+    head = batches(first, limit=3)
+    state = first.state_dict()
+    assert (state["epoch"], state["position"]) == (0, 12)
+    del first  # the job restarts: its actors go, new ones start
+    gc.collect()
+    second = fastload.DataLoader(ds, batch_size=4, shuffle=True, seed=9, mode="ray", num_workers=2)
+    second.load_state_dict(state)
+    assert_same(head + batches(second), want)
+
+
+def test_two_ranks_get_the_threads_modes_shares_disjoint_and_complete(cluster: Any, packed: Path) -> None:
+    ds = fastload.PackedDataset(packed, image_size=32)
+
+    def loader(rank: int, mode: str, **extra: Any) -> Any:
+        sampler = EpochSampler(len(ds), shuffle=True, seed=11, rank=rank, world_size=2, drop_last=True, keyed=True)
+        return fastload.DataLoader(ds, batch_size=3, sampler=sampler, mode=mode, **extra)
+
+    ranks = [loader(r, "ray", num_workers=1) for r in range(2)]
+    got: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[], []]
+    for pair in zip(*ranks):  # in step, as DDP ranks are
+        for r, (images, labels) in enumerate(pair):
+            got[r].append((images.clone(), labels.clone()))
+    for r in range(2):
+        assert_same(got[r], batches(loader(r, "threads")))
+    ids = [[y for _, labels in rank for y in labels.tolist()] for rank in got]
+    assert not set(ids[0]) & set(ids[1])
+    assert len(ids[0]) == len(ids[1]) == RECORDS // 2 and len(set(ids[0]) | set(ids[1])) == RECORDS - 1
+
+
+def test_what_mode_ray_refuses(cluster: Any, packed: Path) -> None:
+    ds = fastload.PackedDataset(packed, image_size=32)
+    with pytest.raises(ValueError, match=r"mode='ray' needs num_workers >= 1 \(the decode actors"):
+        fastload.DataLoader(ds, batch_size=4, mode="ray")
+    with pytest.raises(ValueError, match="mode='ray' with batch_size=None"):
+        fastload.DataLoader(ds, batch_size=None, mode="ray", num_workers=1)
+
+
+def _run(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_ray_missing_or_no_cluster_is_a_clear_error(packed: Path) -> None:
+    with socket.socket() as s:  # a port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    missing = _run(f"""
+        import sys
+        sys.modules["ray"] = None
+        import fastload
+        ds = fastload.PackedDataset({str(packed)!r}, image_size=32)
+        try:
+            fastload.DataLoader(ds, batch_size=4, mode="ray", num_workers=1)
+        except ImportError as exc:
+            print(type(exc).__name__, exc)
+        """)
+    unreachable = _run(f"""
+        import fastload
+        ds = fastload.PackedDataset({str(packed)!r}, image_size=32)
+        try:
+            fastload.DataLoader(ds, batch_size=4, mode="ray", num_workers=1, ray_address="127.0.0.1:{port}")
+        except ConnectionError as exc:
+            print(type(exc).__name__, exc)
+        """)
+    said = [p.communicate(timeout=240)[0] for p in (missing, unreachable)]
+    assert said[0].startswith("MissingDependencyError DataLoader(mode='ray') (decoding on a Ray cluster) "
+                              "needs the ray[data] package"), said[0]
+    assert "pip install ray[data]" in said[0]
+    assert said[1].startswith(f"ClusterUnreachableError ray_address='127.0.0.1:{port}': no Ray cluster is "
+                              "reachable there"), said[1]
+    assert "ray start --head" in said[1]
