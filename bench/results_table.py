@@ -113,6 +113,13 @@ def _ray_task_cost(data: dict[str, Any]) -> str:
     return ", ".join(f"{name} {row['seconds']:.2f} s" for name, row in data["rows"].items())
 
 
+def _ray_decode(data: dict[str, Any]) -> str:
+    ray, threads = data["medians"]["ray"], data["medians"]["threads"]
+    return (f"the training process's CPU per sample: ray {ray['cpu_ms_per_sample']:.2f} ms, threads "
+            f"{threads['cpu_ms_per_sample']:.2f} ms ({_x(data['ray_over_threads_cpu_per_sample'])}, target "
+            f"≤ 0.15×); ray {_rate(ray['samples_per_s'])}, threads {_rate(threads['samples_per_s'])}")
+
+
 def _records_per_s(data: dict[str, Any]) -> str:
     return ", ".join(f"{name} {_rate(row['records_per_s'])}" for name, row in data["results"].items())
 
@@ -177,6 +184,7 @@ READERS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {  # in the ta
     "ray-pack": ("packing on Ray", _ray_pack),
     "ray-task-cost": ("a Ray task's cost", _ray_task_cost),
     "ray-finalize": ("Ray finalize", _ray_finalize),
+    "ray-decode": ("decoding on Ray", _ray_decode),
     "remote": ("far storage", _ratios),
     "remote-cli": ("`fastload bench` on a store", lambda d: _loader_runs(d["runs"])),
     "litdata": ("against LitData", _litdata),

@@ -1,0 +1,155 @@
+"""What decoding on a Ray cluster saves the training process: its own CPU-seconds per sample with
+``mode="ray"`` against ``mode="threads"``, side by side in one run (issue 40's first target: ≤ 0.15×).
+
+    python bench/ray_decode_bench.py bench/data/photos.fl --nodes 2 --repeats 3 \\
+        --json bench/results/ray-decode-$(date +%F)-$(git rev-parse --short HEAD).json
+
+A ``ray.cluster_utils.Cluster`` on this machine stands for a cluster: a head node with no CPU for
+tasks (the trainer's node: no actor runs there) and ``--nodes`` nodes of ``--cpus`` CPUs, each
+with a small object store. Both rows load the same dataset the same way —
+``PackedDataset(path, image_size=224, train=True)`` (RandomResizedCrop 224 + flip, uint8 batches
+of ``--batch-size``), ``shuffle=True``, warm page cache — and differ only in ``mode``:
+
+* ``threads``: the decode threads in this process (the default on 2 cores).
+* ``ray``: ``num_workers`` = every CPU of the nodes, one decode actor each.
+
+Each row's loader is made once and run one untimed epoch (thread pools, the actors' start, file
+handles); then every repeat times one whole epoch of each row, in an order rotated by one row per
+repeat. Per epoch: wall time, samples/s, and this process's CPU-seconds (``time.process_time``:
+every thread of the training process, Ray's own driver threads included); for ``ray`` also the
+CPU-seconds of the head node's raylet (what the trainer's node spends outside the process pulling
+batches from the other nodes' object stores) and the CPU-seconds and milliseconds per batch of the
+training process (submitting, fetching, one copy out of the object store: the per-batch overhead).
+Reported: the medians over repeats and the ray/threads ratios. The decode actors' own CPU is on the
+other nodes and not counted (here those nodes are this machine's other processes, so the two rows'
+samples/s compare the same 2 cores, not a bigger cluster). Nothing asserts on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import fastload
+
+ROWS = ("threads", "ray")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("path", type=Path, help="a packed dataset of photos (fastload pack)")
+    p.add_argument("--nodes", type=int, default=2, help="Ray nodes for the actors (default 2)")
+    p.add_argument("--cpus", type=int, default=1, help="CPUs of each node, one actor each (default 1)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--object-store", default="400MB", help="object store of each node (default 400MB)")
+    p.add_argument("--json", type=Path, default=None, help="write the results here")
+    return p.parse_args(argv)
+
+
+def process_cpu(pid: int) -> float:
+    """CPU-seconds (user + system) of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def head_raylet_pid(cluster: Any) -> int | None:
+    """The head node's raylet (Ray's process table of a node it started; None if it changes shape)."""
+    try:
+        return cluster.head_node.all_processes["raylet"][0].process.pid
+    except (AttributeError, KeyError, IndexError):
+        return None
+
+
+def timed_epoch(loader: Any, raylet: int | None) -> dict[str, float]:
+    """One whole epoch: wall time, samples, this process's CPU-seconds (and the raylet's)."""
+    raylet_before = process_cpu(raylet) if raylet else 0.0
+    cpu, wall = time.process_time(), time.perf_counter()
+    samples = batches = 0
+    for images, _labels in loader:
+        samples += len(images)
+        batches += 1
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    row = {"samples": samples, "batches": batches, "wall_s": wall, "samples_per_s": samples / wall,
+           "cpu_s": cpu, "cpu_ms_per_sample": 1000 * cpu / samples, "cpu_ms_per_batch": 1000 * cpu / batches,
+           "wall_ms_per_batch": 1000 * wall / batches}
+    if raylet:
+        row["head_raylet_cpu_ms_per_sample"] = 1000 * (process_cpu(raylet) - raylet_before) / samples
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from fastload.config import parse_size
+
+    store = parse_size(args.object_store)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
+                                                            "object_store_memory": store})
+    for _ in range(args.nodes):
+        cluster.add_node(num_cpus=args.cpus, object_store_memory=store)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    raylet = head_raylet_pid(cluster)
+    try:
+        ds = fastload.PackedDataset(args.path, image_size=args.image_size, train=True)
+        loaders = {
+            "threads": fastload.DataLoader(ds, batch_size=args.batch_size, shuffle=True, seed=0, mode="threads"),
+            "ray": fastload.DataLoader(ds, batch_size=args.batch_size, shuffle=True, seed=0, mode="ray",
+                                       num_workers=args.nodes * args.cpus),
+        }
+        loaders["ray"]._tail.start(wait=True)
+        for name, loader in loaders.items():  # warm-up: one untimed epoch each
+            for _ in loader:
+                pass
+            print(f"{name}: warmed up", file=sys.stderr)
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in ROWS}
+        for repeat in range(args.repeats):
+            order = ROWS[repeat % len(ROWS):] + ROWS[:repeat % len(ROWS)]
+            for name in order:
+                row = timed_epoch(loaders[name], raylet if name == "ray" else None)
+                runs[name].append(row)
+                print(f"repeat {repeat} {name}: {row['samples_per_s']:.0f} samples/s, "
+                      f"{row['cpu_ms_per_sample']:.2f} CPU ms/sample", file=sys.stderr)
+        tail = loaders["ray"]._tail
+        lost = {"replaced": tail.replaced, "resent": tail.resent}
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    medians = {name: {key: statistics.median(r[key] for r in rows) for key in rows[0]} for name, rows in runs.items()}
+    ratio = medians["ray"]["cpu_ms_per_sample"] / medians["threads"]["cpu_ms_per_sample"]
+    result = {
+        "bench": "ray-decode",
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                 check=False, cwd=Path(__file__).parent).stdout.strip(),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "dataset": {"records": len(ds), "bytes": int(ds.record_sizes.sum())},
+        "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "ray": ray.__version__,
+                    "loadavg": os.getloadavg()},
+        "runs": runs,
+        "medians": medians,
+        "ray_over_threads_cpu_per_sample": ratio,
+        "target_ray_over_threads_cpu_per_sample": 0.15,
+        "ray_actors_lost": lost,
+    }
+    print(json.dumps({"medians": medians, "ray_over_threads_cpu_per_sample": ratio}, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
