@@ -2,12 +2,14 @@
 added where a node is to be lost): the batches of mode="threads", pixels and labels, epoch after
 epoch; a node lost mid-epoch leaves every sample once and in order; a resume mid-epoch with a new
 loader delivers exactly the rest; two ranks' shares are the threads mode's, disjoint and complete;
+a damaged record raises in its batch's place (the next batch follows) or is skipped and counted;
 Ray missing or no cluster reachable is a clear error."""
 
 from __future__ import annotations
 
 import gc
 import itertools
+import shutil
 import socket
 import subprocess
 import sys
@@ -25,11 +27,14 @@ from tests.loading.helpers import write_id_list
 
 ray = pytest.importorskip("ray", reason="the Ray tests need ray[data]: pip install -e '.[ray]'")
 
-import fastload
 from fastload.converters import pack
+
+import fastload
+from fastload.errors import CorruptRecordError
 from fastload.sampling.epoch_sampler import EpochSampler
 
 RECORDS = 37  # prime: no batch size or rank count divides it
+BAD = 11  # the record the damaged copy breaks (a JPEG)
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +126,30 @@ def test_two_ranks_get_the_threads_modes_shares_disjoint_and_complete(cluster: A
     ids = [[y for _, labels in rank for y in labels.tolist()] for rank in got]
     assert not set(ids[0]) & set(ids[1])
     assert len(ids[0]) == len(ids[1]) == RECORDS // 2 and len(set(ids[0]) | set(ids[1])) == RECORDS - 1
+
+
+def test_a_damaged_record_raises_in_its_place_or_is_skipped_and_counted(cluster: Any, packed: Path,
+                                                                       tmp_path: Path) -> None:
+    damaged = shutil.copytree(packed, tmp_path / "damaged.fl")
+    ds = fastload.PackedDataset(damaged)
+    payload, shard = ds.record(BAD)["data"], ds.manifest.shards[int(ds.index.shard[BAD])].file
+    blob = bytearray((damaged / shard).read_bytes())
+    blob[blob.find(payload) + len(payload) // 2] ^= 0x5A
+    (damaged / shard).write_bytes(bytes(blob))
+
+    raising = fastload.DataLoader(fastload.PackedDataset(damaged, image_size=32), batch_size=4, shuffle=False,
+                                  mode="ray", num_workers=1)
+    it = iter(raising)
+    assert [y for _ in range(2) for y in next(it)[1].tolist()] == list(range(8))
+    with pytest.raises(CorruptRecordError, match=rf"record {BAD} \(img{BAD:04d}.jpg\).*checksum"):
+        next(it)
+    assert next(it)[1].tolist() == [12, 13, 14, 15]  # the next batch follows, as in the local modes
+    del it, raising
+
+    skipping = fastload.DataLoader(fastload.PackedDataset(damaged, image_size=32, on_error="skip"), batch_size=4,
+                                   shuffle=False, mode="ray", num_workers=1)
+    assert [y for _, labels in skipping for y in labels.tolist()] == [i for i in range(RECORDS) if i != BAD]
+    assert skipping.stats()["skipped"] == 1
 
 
 def test_what_mode_ray_refuses(cluster: Any, packed: Path) -> None:
