@@ -48,7 +48,7 @@ demo-next:
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q -m "not reliability"
 
-# A few minutes while you work: the suite less the tests that start servers, clusters, DDP ranks or
+# About 4 minutes while you work: the suite less the tests that start servers, clusters, DDP ranks or
 # timed benchmark runs, and less the docs build. `make test` before you commit.
 QUICK_SKIP := tests/remote tests/cluster tests/benchmark tests/backends tests/reliability \
 	tests/test_docs.py tests/test_snippets.py tests/loading/test_distributed.py tests/loading/test_elastic.py
