@@ -73,7 +73,8 @@ class RayDecode:
             raise ValueError("mode='ray' with batch_size=None: the actors make whole batches; pass a batch_size")
         self.ray = connect(address)
         self.dataset, self.collate_fn = dataset, collate_fn
-        self.num_workers, self.pin, self.in_order = num_workers, pin_memory, in_order
+        self.num_workers, self.in_order = num_workers, in_order
+        self.pin = pin_memory and torch.cuda.is_available()  # as torch's: no CUDA, nothing to pin for
         self.depth = num_workers * (prefetch_factor or 2)
         self.actors: list[Any] = []  # started, dataset open
         self.nodes: dict[Any, str] = {}  # actor → the id of the node it runs on

@@ -74,6 +74,16 @@ def test_batches_are_the_threads_modes(cluster: Any, packed: Path) -> None:
     assert remote._tail.replaced == 0
 
 
+def test_in_order_false_delivers_every_batch_once(cluster: Any, packed: Path) -> None:
+    ds = fastload.PackedDataset(packed, image_size=32)
+    remote = fastload.DataLoader(ds, batch_size=3, shuffle=True, seed=4, mode="ray", num_workers=2,
+                                 in_order=False, pin_memory=True)  # pinned only where CUDA is
+    want = {tuple(y.tolist()): x for x, y in batches(fastload.DataLoader(ds, batch_size=3, shuffle=True, seed=4,
+                                                                          mode="threads"))}
+    got = {tuple(y.tolist()): x for x, y in batches(remote)}
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+
+
 def test_a_node_lost_mid_epoch_loses_no_sample(cluster: Any, packed: Path) -> None:
     node = cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
