@@ -53,7 +53,7 @@ NOT_RUN = {
                       "tests/benchmark/test_cli_bench.py on folders",
 }
 BIN = Path(sys.executable).parent  # the venv's bin: its `fastload` is the installed CLI
-TIMEOUT = 120
+TIMEOUT = 600  # s, each command or block: a guard against a hang (the longest takes ~20 s here, quiet)
 STORE_FOLDER_FILES = 16
 
 
@@ -234,6 +234,7 @@ def test_the_pages_have_snippets_to_run():
     assert not stale, f"the test data is packed with commands the README no longer gives: {stale}"
 
 
+@pytest.mark.timeout(1800)  # a page's blocks in turn (the README's ~45 s beside a CPU hog): a hang guard
 @pytest.mark.parametrize("page", [p for p in PAGES if _runnable(p)], ids=lambda p: p.name)
 def test_the_snippets_of_a_page_run_as_written(page, prepared, tmp_path, request):
     blocks = _runnable(page)
