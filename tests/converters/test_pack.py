@@ -265,9 +265,10 @@ def test_bad_file_lists_are_refused_with_the_line(tmp_path, name, body, message)
     assert not (tmp_path / "out").exists()
 
 
-def test_a_source_file_must_be_a_csv_or_jsonl_list(tmp_path):
+def test_a_source_file_of_no_known_kind_is_refused_naming_every_kind(tmp_path):
     (tmp_path / "list.txt").write_text("path\n")
-    with pytest.raises(SourceError, match=r"\.csv or \.jsonl"):
+    every_kind = r"list.txt: not a kind of file fastload packs; SRC is .*\.csv/\.jsonl file list.*WebDataset tars.*tables"
+    with pytest.raises(SourceError, match=every_kind):
         pack(tmp_path / "list.txt", tmp_path / "out", progress=False)
     write_tree(tmp_path / "src", {"a.jpg": make_jpeg()})
     with pytest.raises(SourceError, match="--layout list needs a .csv or .jsonl file"):
