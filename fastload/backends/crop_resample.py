@@ -105,4 +105,4 @@ def _resample_chunk(out: torch.Tensor, positions: list[int], regions: list[torch
     # Now n × out_h × W × 3: rows resampled; then the columns, landing channels first.
     pixels = torch.einsum("niwc,njw->ncij", tall, columns)
     result = (pixels.float() + 0.5).clamp_(0, 255).to(torch.uint8)
-    out[torch.tensor(positions, device=device)] = result
+    out[torch.tensor(positions, dtype=torch.long, device=device)] = result

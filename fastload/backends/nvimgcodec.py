@@ -1,11 +1,13 @@
 """The nvImageCodec tail: the sampler's key batches → records read by fastload → GPU decode → batches.
 
-Per batch, in two background threads: records are read and their crops planned (exactly as the
-torch backend plans them); then the JPEGs go to nvImageCodec as one batch, each decoding only
-its crop's region, and two batched matrix products resample every crop to the output size
-(:mod:`fastload.backends.crop_resample`), flips included. Records the GPU decoder does not take
-(PNGs, CMYK JPEGs, anything it fails on) are decoded by the torch backend's own CPU code, per
-record, into the same batch; a record no one can decode raises (or is skipped) as there.
+Per batch, in three background threads: records are read and their crops planned (exactly as the
+torch backend plans them); the JPEGs go to nvImageCodec as one batch (whole images through the
+GPU's hardware JPEG engines; only each crop's region on its CPU codecs); two batched matrix
+products resample every crop to the output size (:mod:`fastload.backends.crop_resample`), flips
+included. Records the GPU decoder does not take (PNGs, CMYK JPEGs, anything it fails on) are
+decoded by the torch backend's own CPU code, per record, into the same batch; a record no one can
+decode raises (or is skipped) as there. With worker processes, a share of each batch is decoded
+by them on the CPU meanwhile (:mod:`fastload.backends.decode_split`).
 """
 
 from __future__ import annotations
@@ -62,8 +64,7 @@ class NvImageCodecBackend:
     """Runs a PackedDataset's built-in image pipeline with nvImageCodec's decoder, in fastload's order.
 
     fastload reads the records (checksummed) and plans every crop and flip exactly as the torch
-    backend does; nvImageCodec decodes each JPEG's crop region on the GPU and torch resamples
-    the batch there. The samples, order, labels, skip rule and resume state are the torch
+    backend does; nvImageCodec decodes the JPEGs on the GPU and torch resamples the batch there. The samples, order, labels, skip rule and resume state are the torch
     backend's; the pixels are within rounding of its full-scale decode.
 
     Args:
@@ -193,7 +194,7 @@ class NvImageCodecBackend:
             failed = self._decode_on_cpu(batch, [k for k in range(len(batch.indices)) if k not in taken], images)
             if failed:
                 keep = [k for k in range(len(batch.indices)) if k not in failed]
-                images = images[torch.tensor(keep, device=self.device)]
+                images = images[torch.tensor(keep, dtype=torch.long, device=self.device)]
             labels = batch_labels(self.dataset, [i for k, i in enumerate(batch.indices) if k not in failed])
             labels = map_tensors(labels, lambda t: t.to(self.device, non_blocking=True))
             if resample_stream is not None:
@@ -247,7 +248,7 @@ class NvImageCodecBackend:
                 failed[k] = exc
 
         self._cpu.map(one, len(ks))
-        slots = torch.tensor(ks, device=self.device)
+        slots = torch.tensor(ks, dtype=torch.long, device=self.device)
         images[slots] = host.permute(0, 3, 1, 2).to(self.device)
         return failed
 

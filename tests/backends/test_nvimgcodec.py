@@ -227,3 +227,14 @@ def test_skips_on_either_side_are_counted_once(undecodable, tmp_path):
             ids.append(run(loader)[0])
     assert ids == [[i for i in range(12) if i != bad]] * 2
     assert loader.stats()["skipped"] == 2
+
+
+def test_a_batch_whose_every_record_is_skipped_is_delivered_empty_and_counted(undecodable):
+    path, bad = undecodable
+    skipping = fastload.PackedDataset(path, image_size=SIZE, train=False, on_error="skip")
+    loader = fastload.DataLoader(skipping, batch_size=1, shuffle=False, backend="nvimgcodec")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ids, _, sizes = run(loader)
+    assert ids == [i for i in range(12) if i != bad] and sizes[bad] == 0
+    assert loader.stats()["skipped"] == 1
