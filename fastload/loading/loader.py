@@ -82,6 +82,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         ray_address: with ``mode="ray"``, the cluster: None joins the Ray this process is
             connected to, else ``RAY_ADDRESS`` or the cluster this machine is part of; ``"host:port"``
             that cluster's head; ``"local"`` starts a Ray on this machine.
+        ray_min_workers: with ``mode="ray"``, elastic actors: start this many, add more (up to
+            ``num_workers``) while the loop waits on them and retire idle ones (down to this);
+            None keeps ``num_workers`` actors. ``loader.stats()["actors"]`` says how many run.
     """
 
     def __init__(self, dataset: torch.utils.data.Dataset, batch_size: int | None = 1,
@@ -98,7 +101,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                  mode: Literal["auto", "main", "threads", "processes", "ray"] = "auto",
                  dtype: torch.dtype | None = None,
                  memory_format: torch.memory_format = torch.contiguous_format,
-                 ray_address: str | None = None) -> None:
+                 ray_address: str | None = None, ray_min_workers: int | None = None) -> None:
         check_transform_and_backend(dataset, backend, batch_transform, device)
         self.batch_transform = batch_transform
         dataset = packed_subset(dataset)
@@ -138,12 +141,12 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                          persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
                          in_order=in_order)
         # A tail of our own replaces torch's iterator; the sampler, len() and state stay the loader's.
-        self.ray_address = ray_address
+        self.ray_address, self.ray_min_workers = ray_address, ray_min_workers
         if self.settings.mode == "ray":  # decode actors on a Ray cluster
             from fastload.loading.ray_mode import RayDecode
 
             tail = partial(RayDecode, backend=backend, pin_memory=self.settings.pin_memory, in_order=in_order,
-                           address=ray_address)
+                           address=ray_address, min_workers=ray_min_workers)
         self._tail = None if tail is None else tail(
             dataset, batch_size=self.batch_size, device=self._device, mean=mean, std=std,
             collate_fn=self.collate_fn, batched=self.batch_sampler is not None,
@@ -269,13 +272,16 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
 
     def stats(self, reset: bool = False) -> dict[str, float]:
         """samples/s, MB/s of payload, the fraction of wall time the loop waited for data, and
-        ``skipped``: records an ``on_error="skip"`` dataset left out of the delivered batches.
+        ``skipped``: records an ``on_error="skip"`` dataset left out of the delivered batches; with
+        ``mode="ray"``, ``actors``: the decode actors running now (elastic with ``ray_min_workers``).
 
         They add up over every epoch since the loader was made, the wall time running from its
         first batch to its last (time between epochs, a validation pass say, counts too);
         ``reset=True`` starts the counts again after returning them (once per epoch: per-epoch figures).
         """
         figures = self._stats.as_dict()
+        if self.settings.mode == "ray":
+            figures["actors"] = len(self._tail.actors)
         if reset:
             self._stats.reset()
         return figures

@@ -6,15 +6,19 @@
 Nothing here decides what a batch holds: the sampler does, as in every mode, so the batches, their
 order and ``state_dict()`` are the threads mode's. What this module adds is where the work runs and
 that none of it is lost: a batch whose actor (or node) is lost is sent again to another actor and
-still delivered in its place.
+still delivered in its place. With ``ray_min_workers`` the actors are elastic: started while the
+loop waits, retired when idle (``ray_scaling`` decides how many; only an actor holding no batch
+is ended, so none is lost or moved).
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -22,6 +26,7 @@ import torch
 from fastload.loading.prefetch import ThreadPrefetcher
 from fastload.loading.ray_actor import DecodeActor, to_tensors
 from fastload.loading.ray_connect import connect
+from fastload.loading.ray_scaling import WINDOW, Seen, bounds, target
 
 ACTOR_CPUS = 1  # what each decode actor asks of the cluster; it decodes with as many threads
 TRIES = 3  # a batch lost with this many actors in a row is an error, not a lost node
@@ -49,7 +54,10 @@ class RayDecode:
             sees, or a store URL).
         backend: must be ``"torch"``: the actors run the CPU pipeline.
         collate_fn, batched: the loader's; batches are made whole on the actors.
-        num_workers: decode actors.
+        num_workers: decode actors (the most, with ``min_workers``).
+        min_workers: the fewest: the actors start this many, more are started while the loop
+            waits on them and idle ones are retired (see :mod:`~fastload.loading.ray_scaling`);
+            None keeps ``num_workers`` all along.
         prefetch_factor: batches in flight per actor (``num_workers * prefetch_factor`` in all).
         pin_memory: batches are copied out of the object store into pinned memory.
         in_order: deliver in the sampler's order (else as they come).
@@ -62,7 +70,8 @@ class RayDecode:
 
     def __init__(self, dataset: Any, *, backend: str, collate_fn: Any, batched: bool, num_workers: int,
                  prefetch_factor: int | None, pin_memory: bool, in_order: bool, address: str | None,
-                 batch_size: int | None = None, device: Any = None, mean: Any = None, std: Any = None) -> None:
+                 min_workers: int | None = None, batch_size: int | None = None, device: Any = None,
+                 mean: Any = None, std: Any = None) -> None:
         if backend != "torch":
             raise ValueError(f"mode='ray' with backend={backend!r}: the decode actors run the CPU "
                              "pipeline (backend='torch'); use one or the other")
@@ -75,7 +84,12 @@ class RayDecode:
         self.dataset, self.collate_fn = dataset, collate_fn
         self.num_workers, self.in_order = num_workers, in_order
         self.pin = pin_memory and torch.cuda.is_available()  # as torch's: no CUDA, nothing to pin for
-        self.depth = num_workers * (prefetch_factor or 2)
+        self.depth = num_workers * (prefetch_factor or 2)  # at the most actors; fewer queue more each
+        self.low, self.high = bounds(min_workers, num_workers)
+        self.policy = partial(target, low=self.low, high=self.high)  # (recent, actors) → actors wanted
+        self.recent: deque[Seen] = deque(maxlen=WINDOW)
+        self.retiring: list[Any] = []  # given no new batch; ended once none of theirs is in flight
+        self.retired = 0  # actors retired as idle
         self.actors: list[Any] = []  # started, dataset open
         self.nodes: dict[Any, str] = {}  # actor → the id of the node it runs on
         self.starting: dict[Any, Any] = {}  # ready() call → actor
@@ -95,7 +109,7 @@ class RayDecode:
         """Start the actors if none runs (the first iteration does); with ``wait``, return once
         every one has started (or was replaced): a benchmark's warm-up, a test's known state."""
         if not self.actors and not self.starting:
-            self._start(self.num_workers)
+            self._start(self.low)
         while wait and self.starting:
             self._admit(wait=True)
 
@@ -141,8 +155,47 @@ class RayDecode:
             self.nodes[actor] = node
             wait = False
 
+    def scale(self, jobs: Sequence[_Job], waited: float | None) -> None:
+        """After each batch handed over (``jobs``: those still in flight; ``waited``: the share of
+        the time per batch spent waiting for it, None for a pass's first): end the retired actors
+        that hold no batch any more, and start or retire actors to the policy's count."""
+        held = {job.actor for job in jobs}
+        for actor in [actor for actor in self.retiring if actor not in held]:
+            self.retiring.remove(actor)
+            self._kill(actor)
+        if self.low == self.high or waited is None:
+            return
+        self._admit(wait=False)
+        if self.starting:  # decide on batches decoded by every actor asked for
+            self.recent.clear()
+            return
+        refs = [job.ref for job in jobs]
+        done = set(self.ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
+        busy = {job.actor for job in jobs if job.ref not in done}
+        self.recent.append(Seen(waited, sum(actor not in busy for actor in self.actors)))
+        count = len(self.actors)
+        wanted = self.policy(list(self.recent), count)
+        if wanted != count:
+            self.recent.clear()
+        if wanted > count:
+            self._start(wanted - count)  # used once they run (pick admits them)
+        for _ in range(count - wanted):
+            self._retire(jobs)
+
+    def _retire(self, jobs: Sequence[_Job]) -> None:
+        """The actor holding the fewest of ``jobs`` gets no new batch; its own are still delivered
+        in their place, and it is ended (by ``scale``) once none is in flight."""
+        load = Counter(job.actor for job in jobs)
+        actor = min(self.actors, key=lambda actor: load[actor])
+        self.actors.remove(actor)
+        self.nodes.pop(actor, None)
+        self.retiring.append(actor)
+        self.retired += 1
+
     def lost(self, actor: Any) -> None:
         """``actor`` (or its node) is gone: a new one is started in its place, used once it runs."""
+        if actor in self.retiring:  # its batches go to the others; none replaces it
+            self.retiring.remove(actor)
         if actor in self.actors:
             self.actors.remove(actor)
             self.nodes.pop(actor, None)
@@ -152,9 +205,9 @@ class RayDecode:
 
     def close(self) -> None:
         """Stop every actor (a later iteration starts new ones)."""
-        for actor in [*self.actors, *self.starting.values()]:
+        for actor in [*self.actors, *self.starting.values(), *self.retiring]:
             self._kill(actor)
-        self.actors, self.starting, self.nodes = [], {}, {}
+        self.actors, self.starting, self.nodes, self.retiring = [], {}, {}, []
 
     def _kill(self, actor: Any) -> None:
         with contextlib.suppress(Exception):  # already dead, or Ray already shut down
@@ -177,12 +230,14 @@ class _Flight:
         self.pool, self.key_batches = pool, key_batches
         self.jobs: deque[_Job] = deque()  # in the sampler's order
         self.exhausted = False
+        self.handed: float | None = None  # when the last batch was handed over
 
     def __iter__(self) -> _Flight:
         return self
 
     def __next__(self) -> Any:
         ray = self.pool.ray
+        asked = time.perf_counter()
         self._submit()
         if not self.jobs:
             raise StopIteration
@@ -197,6 +252,10 @@ class _Flight:
                 self.jobs.remove(job)
                 raise exc.as_instanceof_cause() from None  # the dataset's own error, with the actor's traceback
             self.jobs.remove(job)
+            got = time.perf_counter()
+            waited = None if self.handed is None else (got - asked) / max(got - self.handed, 1e-9)
+            self.handed = got
+            self.pool.scale(self.jobs, waited)
             return to_tensors(batch, self.pool.pin)
 
     def _submit(self) -> None:

@@ -3,6 +3,7 @@ added where a node is to be lost): the batches of mode="threads", pixels and lab
 epoch; a node lost mid-epoch leaves every sample once and in order; a resume mid-epoch with a new
 loader delivers exactly the rest; two ranks' shares are the threads mode's, disjoint and complete;
 a damaged record raises in its batch's place (the next batch follows) or is skipped and counted;
+elastic actors are added while the loop waits and idle ones retired, losing and moving no batch;
 Ray missing or no cluster reachable is a clear error."""
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from fastload.converters import pack
 
 import fastload
 from fastload.errors import CorruptRecordError
+from fastload.loading.ray_scaling import WINDOW, Seen, target
 from fastload.sampling.epoch_sampler import EpochSampler
 
 RECORDS = 37  # prime: no batch size or rank count divides it
@@ -162,12 +164,38 @@ def test_a_damaged_record_raises_in_its_place_or_is_skipped_and_counted(cluster:
     assert skipping.stats()["skipped"] == 1
 
 
+def test_elastic_actors_are_added_while_the_loop_waits_and_idle_ones_retired(cluster: Any, packed: Path) -> None:
+    ds = fastload.PackedDataset(packed, image_size=32)
+    threads = fastload.DataLoader(ds, batch_size=2, shuffle=True, seed=6, mode="threads")
+    remote = fastload.DataLoader(ds, batch_size=2, shuffle=True, seed=6, mode="ray", num_workers=2,
+                                 ray_min_workers=1)
+    tail = remote._tail
+    shown = Seen(waited=1.0, idle=0)  # what the policy sees, whatever the timings: a loop held up by decoding
+    tail.policy = lambda recent, actors: target([shown] * WINDOW, actors, low=1, high=2)
+
+    got, counts = [], []
+    for images, labels in remote:
+        got.append((images.clone(), labels.clone()))
+        counts.append(len(tail.actors) + len(tail.starting))
+    assert counts[0] == 1 and counts[-1] == 2 and counts == sorted(counts)  # one actor, then a second asked for
+    tail.start(wait=True)
+    assert remote.stats()["actors"] == 2 and len(set(tail.nodes.values())) == 2
+    assert_same(got, batches(threads))
+
+    shown = Seen(waited=0.0, idle=1)  # a loop that never waits, an actor with nothing to do
+    got = batches(remote)
+    assert (remote.stats()["actors"], tail.retired, tail.retiring, tail.replaced) == (1, 1, [], 0)
+    assert_same(got, batches(threads))  # the retired actor's last batches delivered in their place
+
+
 def test_what_mode_ray_refuses(cluster: Any, packed: Path) -> None:
     ds = fastload.PackedDataset(packed, image_size=32)
     with pytest.raises(ValueError, match=r"mode='ray' needs num_workers >= 1 \(the decode actors"):
         fastload.DataLoader(ds, batch_size=4, mode="ray")
     with pytest.raises(ValueError, match="mode='ray' with batch_size=None"):
         fastload.DataLoader(ds, batch_size=None, mode="ray", num_workers=1)
+    with pytest.raises(ValueError, match="ray_min_workers=3 with num_workers=2: give an int from 1 to num_workers"):
+        fastload.DataLoader(ds, batch_size=4, mode="ray", num_workers=2, ray_min_workers=3)
 
 
 def _run(code: str) -> subprocess.Popen:
