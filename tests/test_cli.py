@@ -454,6 +454,9 @@ def test_help_names_every_source_and_pack_takes_one_src(cli, capsys, imagefolder
     assert (args.src, args.ray, args.ray_address) == ("photos", True, None)
     args = parser.parse_args(_old_spellings(["pack", "photos", "--ray=auto"]))  # the old spelling still works
     assert (args.src, args.ray, args.ray_address) == ("photos", True, "auto")
+    # what follows "--" stays as written, wherever an old --ray=ADDRESS grew the words before it
+    assert _old_spellings(["pack", "--ray=auto", "--", "-photos"]) == \
+        ["pack", "--ray", "--ray-address", "auto", "--", "-photos"]
     src, files = imagefolder
     done = cli("pack", src, "--ray", "host:6379")
     assert done.rc == 2 and "--ray host:6379: --ray takes no value; give the cluster's address with " \

@@ -39,9 +39,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _old_spellings(argv: list[str]) -> list[str]:
     """``pack --ray=ADDRESS`` (``--ray`` took a value once) as ``--ray --ray-address ADDRESS``."""
     out: list[str] = []
-    for arg in argv:
-        if arg == "--":
-            return out + argv[len(out):]
+    for at, arg in enumerate(argv):
+        if arg == "--":  # what follows is positional, as written
+            return out + argv[at:]
         out += ["--ray", "--ray-address", arg.split("=", 1)[1]] if arg.startswith("--ray=") else [arg]
     return out
 
