@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import xxhash
+from fastload.converters.packing.options import digest_on_error
 from fastload.converters.sources.samples import KEY
 from fastload.converters.sources.writer import Writer
 
@@ -53,8 +54,12 @@ class SinkSettings:
 
     def facts(self) -> str:
         """The settings that change what a task writes (not where): part of every task's digest."""
+        # on_error as plan digests spell it, so Ray packs made before the rename to "raise" reuse their parts
+        writer = dict(self.writer)
+        if "on_error" in writer:
+            writer["on_error"] = digest_on_error(writer["on_error"])
         return json.dumps([self.image, self.label, self.key, self.fields, self.types, self.classes,
-                           sorted(self.writer.items()), *([self.order] if self.order else [])], default=str)
+                           sorted(writer.items()), *([self.order] if self.order else [])], default=str)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,8 @@ def _tar(members: list[tuple[str, bytes]]) -> bytes:
     (b"14path=a.jpg\n\n", "does not start with a length and a space"),
     (b"13 size=-500\n", "its size record holds b'-500', not a number of bytes"),
     (b"99 path=a.jpg\n", "declares a length of 99, which does not end at a newline"),
-], ids=["length-0", "negative", "no-space", "negative-size", "past-the-end"])
+    (b"5011 size=" + b"9" * 5000 + b"\n", "its size record holds b'9999999999"),  # past int()'s 4,300 digits
+], ids=["length-0", "negative", "no-space", "negative-size", "past-the-end", "5000-digit-size"])
 def test_a_pax_record_no_writer_makes_is_damage_not_a_hang(tmp_path, record, reason):
     data = _member("././@PaxHeader", record, tarfile.XHDTYPE) + _member("a.jpg", JPEG) + END
     with pytest.raises(TarDamaged, match=rf"a damaged pax header at byte 0 \(.*{reason}"):
