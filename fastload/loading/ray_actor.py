@@ -3,12 +3,14 @@ batch as it crosses Ray's object store (tensors as NumPy arrays: stored and read
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from fastload.loading.transfer import map_tensors
 from fastload.samples.collate import SkipCounted, with_skips
 
 
@@ -20,13 +22,13 @@ class DecodeActor:
     Args:
         dataset: the loader's map-style dataset.
         collate_fn: the loader's.
-        threads: decode threads for a dataset that left ``decode_threads`` to fastload (the
-            actor's CPUs, not the node's).
+        threads: the CPUs this actor decodes with (the actor's, not the node's): what
+            ``available_cpus()`` says in its process, for every dataset that leaves its decode
+            threads to fastload (a mix's sources too).
     """
 
     def __init__(self, dataset: Any, collate_fn: Callable[[Any], Any], threads: int) -> None:
-        if getattr(dataset, "decode_threads", 0) is None:
-            dataset.decode_threads = threads
+        os.environ["FASTLOAD_CPUS"] = str(threads)  # this process is the actor's alone
         self.dataset, self.collate_fn = dataset, collate_fn
         fill = getattr(dataset, "fill_cache", None)
         if fill is not None:  # in a store: fetch ahead into this node's cache
@@ -81,16 +83,8 @@ def to_tensors(batch: Any, pin: bool) -> Any:
 
 
 def walk(batch: Any, kind: type, fn: Callable[[Any], Any]) -> Any:
-    """``batch`` with ``fn`` applied to every ``kind`` inside its tuples, lists and dicts; an
-    ``on_error="skip"`` count and a named tuple's type are kept."""
+    """``batch`` with ``fn`` applied to every ``kind`` inside it (:func:`map_tensors`), its
+    ``on_error="skip"`` count kept."""
     if isinstance(batch, SkipCounted):
-        return with_skips(walk(batch._plain(batch), kind, fn), batch.skipped)
-    if isinstance(batch, kind):
-        return fn(batch)
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(walk(b, kind, fn) for b in batch))
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(walk(b, kind, fn) for b in batch)
-    if isinstance(batch, dict):
-        return {k: walk(v, kind, fn) for k, v in batch.items()}
-    return batch
+        return with_skips(map_tensors(batch._plain(batch), fn, kind), batch.skipped)
+    return map_tensors(batch, fn, kind)

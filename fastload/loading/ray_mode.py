@@ -14,6 +14,7 @@ is ended, so none is lost or moved).
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -82,7 +83,7 @@ class RayDecode:
             raise ValueError("mode='ray' with batch_size=None: the actors make whole batches; pass a batch_size")
         self.ray = connect(address)
         self.dataset, self.collate_fn = dataset, collate_fn
-        self.num_workers, self.in_order = num_workers, in_order
+        self.in_order = in_order
         self.pin = pin_memory and torch.cuda.is_available()  # as torch's: no CUDA, nothing to pin for
         self.depth = num_workers * (prefetch_factor or 2)  # at the most actors; fewer queue more each
         self.low, self.high = bounds(min_workers, num_workers)
@@ -97,6 +98,9 @@ class RayDecode:
         self.resent = 0  # batches sent again because their actor was lost
         self._remote: Any = None
         self._dataset_ref: Any = None
+        # A pass broken off still finishes its batch in its prefetch thread while the next pass runs:
+        # the pool (actors, starting, retiring, recent) changes under this lock only.
+        self._pool_lock = threading.RLock()
 
     def batches(self, key_batches: Iterable[Sequence[Any]]) -> Iterator[Any]:
         """Each batch of keys as the threads mode makes it, on the CPU, in order."""
@@ -108,10 +112,11 @@ class RayDecode:
     def start(self, wait: bool = False) -> None:
         """Start the actors if none runs (the first iteration does); with ``wait``, return once
         every one has started (or was replaced): a benchmark's warm-up, a test's known state."""
-        if not self.actors and not self.starting:
-            self._start(self.low)
-        while wait and self.starting:
-            self._admit(wait=True)
+        with self._pool_lock:
+            if not self.actors and not self.starting:
+                self._start(self.low)
+            while wait and self.starting:
+                self._admit(wait=True)
 
     def _start(self, count: int) -> None:
         if self._remote is None:
@@ -124,9 +129,10 @@ class RayDecode:
 
     def pick(self, jobs: Iterable[_Job]) -> Any:
         """The started actor with the fewest batches of ``jobs`` (waiting for one to start if none has)."""
-        self._admit(wait=not self.actors)
-        load = Counter(job.actor for job in jobs)
-        return min(self.actors, key=lambda actor: load[actor])
+        with self._pool_lock:
+            self._admit(wait=not self.actors)
+            load = Counter(job.actor for job in jobs)
+            return min(self.actors, key=lambda actor: load[actor])
 
     def _admit(self, wait: bool) -> None:
         """Move the actors that have started into the pool; with ``wait``, until one has."""
@@ -159,28 +165,29 @@ class RayDecode:
         """After each batch handed over (``jobs``: those still in flight; ``waited``: the share of
         the time per batch spent waiting for it, None for a pass's first): end the retired actors
         that hold no batch any more, and start or retire actors to the policy's count."""
-        held = {job.actor for job in jobs}
-        for actor in [actor for actor in self.retiring if actor not in held]:
-            self.retiring.remove(actor)
-            self._kill(actor)
-        if self.low == self.high or waited is None:
-            return
-        self._admit(wait=False)
-        if self.starting:  # decide on batches decoded by every actor asked for
-            self.recent.clear()
-            return
-        refs = [job.ref for job in jobs]
-        done = set(self.ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
-        busy = {job.actor for job in jobs if job.ref not in done}
-        self.recent.append(Seen(waited, sum(actor not in busy for actor in self.actors)))
-        count = len(self.actors)
-        wanted = self.policy(list(self.recent), count)
-        if wanted != count:
-            self.recent.clear()
-        if wanted > count:
-            self._start(wanted - count)  # used once they run (pick admits them)
-        for _ in range(count - wanted):
-            self._retire(jobs)
+        with self._pool_lock:
+            held = {job.actor for job in jobs}
+            for actor in [actor for actor in self.retiring if actor not in held]:
+                self.retiring.remove(actor)
+                self._kill(actor)
+            if self.low == self.high or waited is None:
+                return
+            self._admit(wait=False)
+            if self.starting:  # decide on batches decoded by every actor asked for
+                self.recent.clear()
+                return
+            refs = [job.ref for job in jobs]
+            done = set(self.ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
+            busy = {job.actor for job in jobs if job.ref not in done}
+            self.recent.append(Seen(waited, sum(actor not in busy for actor in self.actors)))
+            count = len(self.actors)
+            wanted = self.policy(list(self.recent), count)
+            if wanted != count:
+                self.recent.clear()
+            if wanted > count:
+                self._start(wanted - count)  # used once they run (pick admits them)
+            for _ in range(count - wanted):
+                self._retire(jobs)
 
     def _retire(self, jobs: Sequence[_Job]) -> None:
         """The actor holding the fewest of ``jobs`` gets no new batch; its own are still delivered
@@ -194,14 +201,15 @@ class RayDecode:
 
     def lost(self, actor: Any) -> None:
         """``actor`` (or its node) is gone: a new one is started in its place, used once it runs."""
-        if actor in self.retiring:  # its batches go to the others; none replaces it
-            self.retiring.remove(actor)
-        if actor in self.actors:
-            self.actors.remove(actor)
-            self.nodes.pop(actor, None)
-            self.replaced += 1
-            self._kill(actor)
-            self._start(1)
+        with self._pool_lock:
+            if actor in self.retiring:  # its batches go to the others; none replaces it
+                self.retiring.remove(actor)
+            if actor in self.actors:
+                self.actors.remove(actor)
+                self.nodes.pop(actor, None)
+                self.replaced += 1
+                self._kill(actor)
+                self._start(1)
 
     def close(self) -> None:
         """Stop every actor (a later iteration starts new ones)."""

@@ -26,16 +26,16 @@ def resolve_device(device: str | torch.device | None) -> torch.device | None:
     return device
 
 
-def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """Apply ``fn`` to every tensor in a nested tuple/list/dict batch."""
-    if isinstance(batch, torch.Tensor):
+def map_tensors(batch: Any, fn: Callable[[Any], Any], kind: type = torch.Tensor) -> Any:
+    """Apply ``fn`` to every tensor (or other ``kind``) in a nested tuple/list/dict batch."""
+    if isinstance(batch, kind):
         return fn(batch)
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
-        return type(batch)(*(map_tensors(b, fn) for b in batch))
+        return type(batch)(*(map_tensors(b, fn, kind) for b in batch))
     if isinstance(batch, (tuple, list)):
-        return type(batch)(map_tensors(b, fn) for b in batch)
+        return type(batch)(map_tensors(b, fn, kind) for b in batch)
     if isinstance(batch, dict):
-        return {k: map_tensors(v, fn) for k, v in batch.items()}
+        return {k: map_tensors(v, fn, kind) for k, v in batch.items()}
     return batch
 
 
