@@ -22,8 +22,6 @@ PACKAGES: dict[str, tuple[str, str]] = {
     "ray": ("ray[data]", "ray"),
     "ray.data": ("ray[data]", "ray"),
     "obstore": ("obstore", "remote"),
-    "torchvision": ("torchvision", ""),
-    "torchvision.models": ("torchvision", ""),
 }
 
 

@@ -95,7 +95,7 @@ def read_item(dataset: Any, schema: Schema, settings: ReadSettings, index: int) 
 def as_sample(item: object) -> Mapping[str, Any]:
     """A dataset item as the writer's dict of fields (see the module's docstring)."""
     if isinstance(item, Mapping):
-        return dict(item)
+        return item  # Schema.check makes the sample's own dict (tensors as arrays)
     if isinstance(item, tuple) and len(item) in (2, 3):
         fields = item[2] if len(item) == 3 else {}
         if not isinstance(fields, Mapping) or {"image", "label"} & set(fields):
