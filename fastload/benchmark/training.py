@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from fastload.loading.tuner import images_and_labels
 from fastload.optional import require
 
 StepFn = Callable[[torch.Tensor, torch.Tensor], Any]
@@ -32,7 +33,7 @@ class TrainStep:
     device: torch.device
 
     def __call__(self, batch: Any) -> None:
-        images, labels = batch[0], batch[1]
+        images, labels = images_and_labels(batch)
         self.fn(images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True))
         _sync(self.device)
 

@@ -82,10 +82,7 @@ def _step(step: Step) -> Callable[[Any], None] | None:
         raise TypeError(f"step={step!r}: pass fn(images, labels) running one training step, or seconds")
 
     def run(batch: Any) -> None:
-        if isinstance(batch, (tuple, list)) and len(batch) >= 2:
-            step(batch[0], batch[1])
-        else:
-            step(batch["image"], batch["label"])
+        step(*images_and_labels(batch))
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
     return run
@@ -135,3 +132,11 @@ def _measure(loader: Any, batches: int, ahead: int = 0, step: Callable[[Any], No
         return 0.0
     finally:
         it.close()
+
+
+def images_and_labels(batch: Any) -> tuple[Any, Any]:
+    """A loader's batch as a training step takes it: ``(images, labels)`` of a tuple batch, or a
+    dict batch's ``"image"`` and ``"label"``."""
+    if isinstance(batch, (tuple, list)) and len(batch) >= 2:
+        return batch[0], batch[1]
+    return batch["image"], batch["label"]

@@ -211,3 +211,13 @@ def test_every_ratio_says_what_it_is_of_and_a_contradicted_one_is_marked():
     assert ("× ref: a row's samples/s over those of 'torch tuned' (ref), run by run (each run's ratio to the "
             "same round's run of it), the median of those") in text
     assert "? fastload lmdb: its median samples/s is 1.88x 'torch tuned''s, its runs paired one by one 0.62x" in text
+
+
+def test_a_step_takes_a_dict_batch_as_tune_does():
+    """A dataset with fields= delivers dict batches: the step gets their image and label."""
+    seen = []
+    step = TrainStep(lambda images, labels: seen.append((tuple(images.shape), labels.tolist())), "fn",
+                     torch.device("cpu"))
+    step({"image": torch.zeros(2, 3, 4, 4, dtype=torch.uint8), "label": torch.tensor([1, 2]), "caption": ["a", "b"]})
+    step((torch.zeros(1, 3, 4, 4, dtype=torch.uint8), torch.tensor([5])))
+    assert seen == [((2, 3, 4, 4), [1, 2]), ((1, 3, 4, 4), [5])]
