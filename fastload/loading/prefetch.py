@@ -44,11 +44,16 @@ class ThreadPrefetcher:
                 else:
                     ok = True
                 if not self._put((ok, item)):
+                    self._given_up()
                     return
             self._put((True, _DONE))
         finally:
             with _running_lock:
                 _running.discard(self)
+
+    def _given_up(self) -> None:
+        """Run in the thread when the prefetcher was closed before ``source`` ended: a subclass
+        takes back what its source has asked for ahead."""
 
     def _put(self, item: Any) -> bool:
         while not self._stop.is_set():

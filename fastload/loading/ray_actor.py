@@ -30,6 +30,7 @@ class DecodeActor:
     def __init__(self, dataset: Any, collate_fn: Callable[[Any], Any], threads: int) -> None:
         os.environ["FASTLOAD_CPUS"] = str(threads)  # this process is the actor's alone
         self.dataset, self.collate_fn = dataset, collate_fn
+        self.dropped: set[int] = set()  # passes given up: their batches still queued here are not made
         fill = getattr(dataset, "fill_cache", None)
         if fill is not None:  # in a store: fetch ahead into this node's cache
             fill()
@@ -40,11 +41,24 @@ class DecodeActor:
 
         return ray.get_runtime_context().get_node_id()
 
-    def decode(self, keys: Sequence[Any]) -> Any:
-        """The batch of sampler ``keys``, its tensors as :class:`Stored` arrays."""
+    def decode(self, keys: Sequence[Any], pass_id: int) -> Any:
+        """The batch of sampler ``keys``, its tensors as :class:`Stored` arrays; None, at once,
+        when pass ``pass_id`` was given up."""
+        if pass_id in self.dropped:
+            return None
         getitems = getattr(self.dataset, "__getitems__", None)
         samples = getitems(list(keys)) if getitems else [self.dataset[k] for k in keys]
         return walk(self.collate_fn(samples), torch.Tensor, _store)
+
+
+    def drop(self, pass_id: int) -> None:
+        """Pass ``pass_id`` is given up. Called in the actor's ``CONTROL`` group, beside a batch
+        being made: Ray's ``cancel`` does not stop a synchronous actor's calls already queued in it."""
+        self.dropped.add(pass_id)
+
+
+CONTROL = "control"
+"""The concurrency group of :meth:`DecodeActor.drop`: one thread of its own, beside the decoding one."""
 
 
 class Stored:

@@ -14,6 +14,7 @@ is ended, so none is lost or moved).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 from collections import Counter, deque
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 
 from fastload.loading.prefetch import ThreadPrefetcher
-from fastload.loading.ray_actor import DecodeActor, to_tensors
+from fastload.loading.ray_actor import CONTROL, DecodeActor, to_tensors
 from fastload.loading.ray_connect import connect
 from fastload.loading.ray_scaling import WINDOW, Seen, bounds, target
 
@@ -33,6 +34,8 @@ ACTOR_CPUS = 1  # what each decode actor asks of the cluster; it decodes with as
 TRIES = 3  # a batch lost with this many actors in a row is an error, not a lost node
 HANDOVER = 2  # batches copied out of the object store ahead of the loop, in a background thread
 START_WAIT_S = 600.0  # no actor at all started within this: the cluster cannot place one; say so
+POLL_S = 0.2  # how often a pass waiting on its actors looks whether it was given up
+DROP_WAIT_S = 10.0  # a pass given up waits this long at most for its actors to note it
 
 
 @dataclass
@@ -96,6 +99,8 @@ class RayDecode:
         self.starting: dict[Any, Any] = {}  # ready() call → actor
         self.replaced = 0  # actors lost and replaced
         self.resent = 0  # batches sent again because their actor was lost
+        self.cancelled = 0  # batches of passes given up, still at the actors when they were
+        self.passes = itertools.count()  # each pass's id: the actors drop a given-up pass's batches
         self._remote: Any = None
         self._dataset_ref: Any = None
         # A pass broken off still finishes its batch in its prefetch thread while the next pass runs:
@@ -105,7 +110,7 @@ class RayDecode:
     def batches(self, key_batches: Iterable[Sequence[Any]]) -> Iterator[Any]:
         """Each batch of keys as the threads mode makes it, on the CPU, in order."""
         self.start()
-        return ThreadPrefetcher(_Flight(self, iter(key_batches)), HANDOVER)
+        return _Pass(_Flight(self, iter(key_batches)))
 
     # --- the actors --------------------------------------------------------------------------------
 
@@ -120,8 +125,8 @@ class RayDecode:
 
     def _start(self, count: int) -> None:
         if self._remote is None:
-            self._remote = self.ray.remote(num_cpus=ACTOR_CPUS, max_restarts=0,
-                                           scheduling_strategy="SPREAD")(DecodeActor)
+            self._remote = self.ray.remote(num_cpus=ACTOR_CPUS, max_restarts=0, scheduling_strategy="SPREAD",
+                                           concurrency_groups={CONTROL: 1})(DecodeActor)
             self._dataset_ref = self.ray.put(self.dataset)  # pickled once for every actor
         for _ in range(count):
             actor = self._remote.remote(self._dataset_ref, self.collate_fn, ACTOR_CPUS)
@@ -232,6 +237,8 @@ class _Flight:
 
     An iterator object, not a generator: a batch whose decoding raised (a damaged record) raises
     in its place, and the next ``next()`` carries on with the following batch, as torch's does.
+    A pass given up (``given_up``: the loop broke off, its iterator was dropped) takes back its
+    batches the actors have not started, so that the next pass's do not queue behind them.
     """
 
     def __init__(self, pool: RayDecode, key_batches: Iterator[Sequence[Any]]) -> None:
@@ -239,6 +246,8 @@ class _Flight:
         self.jobs: deque[_Job] = deque()  # in the sampler's order
         self.exhausted = False
         self.handed: float | None = None  # when the last batch was handed over
+        self.given_up = threading.Event()
+        self.id = next(pool.passes)
 
     def __iter__(self) -> _Flight:
         return self
@@ -250,7 +259,10 @@ class _Flight:
         if not self.jobs:
             raise StopIteration
         while True:
-            job = self.jobs[0] if self.pool.in_order else self._first_done()
+            job = self._next_done()
+            if job is None:  # given up: nothing more is delivered
+                self._cancel()
+                raise StopIteration
             try:
                 batch = ray.get(job.ref)
             except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as exc:
@@ -267,18 +279,37 @@ class _Flight:
             return to_tensors(batch, self.pool.pin)
 
     def _submit(self) -> None:
-        while not self.exhausted and len(self.jobs) < self.pool.depth:
+        while not self.exhausted and not self.given_up.is_set() and len(self.jobs) < self.pool.depth:
             try:
                 keys = list(next(self.key_batches))
             except StopIteration:
                 self.exhausted = True
                 return
             actor = self.pool.pick(self.jobs)
-            self.jobs.append(_Job(keys, actor, actor.decode.remote(keys)))
+            self.jobs.append(_Job(keys, actor, actor.decode.remote(keys, self.id)))
 
-    def _first_done(self) -> _Job:
-        done, _ = self.pool.ray.wait([job.ref for job in self.jobs], num_returns=1)
-        return next(job for job in self.jobs if job.ref == done[0])
+    def _next_done(self) -> _Job | None:
+        """The next batch to hand over once it is decoded (the oldest, or with ``in_order=False``
+        the first done), or None when the pass is given up meanwhile."""
+        jobs = [self.jobs[0]] if self.pool.in_order else list(self.jobs)
+        while not self.given_up.is_set():
+            done, _ = self.pool.ray.wait([job.ref for job in jobs], num_returns=1, timeout=POLL_S)
+            if done:
+                return next(job for job in jobs if job.ref == done[0])
+        return None
+
+    def _cancel(self) -> None:
+        """Give back every batch still at the actors: those queued are never made (one being made
+        is finished; its result dropped)."""
+        ray = self.pool.ray
+        drops = [actor.drop.options(concurrency_group=CONTROL).remote(self.id)
+                 for actor in {job.actor for job in self.jobs}]
+        with contextlib.suppress(Exception):  # an actor gone: nothing of it to drop
+            if drops:
+                ray.wait(drops, num_returns=len(drops), timeout=DROP_WAIT_S)
+        self.pool.cancelled += len(self.jobs)
+        self.jobs.clear()
+        self.exhausted = True
 
     def _resend(self, dead: Any, exc: Exception) -> None:
         self.pool.lost(dead)
@@ -294,4 +325,23 @@ class _Flight:
             job.tries += 1
             self.pool.resent += 1
             job.actor = self.pool.pick(self.jobs)
-            job.ref = job.actor.decode.remote(job.keys)
+            job.ref = job.actor.decode.remote(job.keys, self.id)
+
+
+class _Pass(ThreadPrefetcher):
+    """A pass's batches copied out of the object store ``HANDOVER`` ahead of the loop, in a
+    thread; closing it (the loader's iterator does when dropped) gives the pass up."""
+
+    def __init__(self, flight: _Flight) -> None:
+        self.flight = flight
+        super().__init__(flight, HANDOVER)
+
+    def close(self) -> None:
+        self.flight.given_up.set()
+        super().close()
+
+    def _given_up(self) -> None:
+        self.flight._cancel()
+
+    def __del__(self) -> None:
+        self.close()

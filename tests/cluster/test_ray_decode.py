@@ -188,6 +188,37 @@ def test_elastic_actors_are_added_while_the_loop_waits_and_idle_ones_retired(clu
     assert_same(got, batches(threads))  # the retired actor's last batches delivered in their place
 
 
+def test_a_pass_given_up_takes_back_its_queued_batches(cluster: Any, packed: Path, tmp_path: Path) -> None:
+    calls, gate = tmp_path / "calls", tmp_path / "gate"
+    calls.mkdir()
+
+    def gated(sample: Any, generator: Any) -> Any:  # runs on the actor: every sample past the first
+        import os, time, uuid  # batch waits for the gate
+
+        (calls / uuid.uuid4().hex).touch()
+        while len(os.listdir(calls)) > 2 and not gate.exists():
+            time.sleep(0.01)
+        return sample
+
+    ds = fastload.PackedDataset(packed, image_size=32, sample_transform=gated)
+    remote = fastload.DataLoader(ds, batch_size=2, shuffle=False, seed=7, mode="ray", num_workers=1,
+                                 prefetch_factor=4)
+    it = iter(remote)
+    assert next(it)[1].tolist() == [0, 1]  # four more batches sent meanwhile: one started, held at the gate
+    del it  # the loop breaks off
+    gc.collect()
+    deadline = time.monotonic() + 60
+    while remote._tail.cancelled == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert remote._tail.cancelled == 4  # taken back: the held batch and the three queued behind it
+    gate.touch()
+    ray.get(remote._tail.actors[0].ready.remote())  # after the batch it had started
+    assert len(list(calls.iterdir())) == 4  # the first batch and the started one: none of the queued ran
+    want = fastload.DataLoader(ds, batch_size=2, shuffle=False, seed=7, mode="threads")
+    batches(want, limit=1)  # the same pass given up: the next is epoch 1 (other crops)
+    assert_same(batches(remote), batches(want))  # every batch of the next pass, none stale
+
+
 def test_what_mode_ray_refuses(cluster: Any, packed: Path) -> None:
     ds = fastload.PackedDataset(packed, image_size=32)
     with pytest.raises(ValueError, match=r"mode='ray' needs num_workers >= 1 \(the decode actors"):
