@@ -85,6 +85,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         ray_min_workers: with ``mode="ray"``, elastic actors: start this many, add more (up to
             ``num_workers``) while the loop waits on them and retire idle ones (down to this);
             None keeps ``num_workers`` actors. ``loader.stats()["actors"]`` says how many run.
+        ray_local_workers: with ``mode="ray"``, local and remote decode together: this many of the
+            actors run on this machine's own Ray node (never retired; at most ``ray_min_workers``),
+            the others wherever the cluster has CPUs.
     """
 
     def __init__(self, dataset: torch.utils.data.Dataset, batch_size: int | None = 1,
@@ -101,7 +104,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                  mode: Literal["auto", "main", "threads", "processes", "ray"] = "auto",
                  dtype: torch.dtype | None = None,
                  memory_format: torch.memory_format = torch.contiguous_format,
-                 ray_address: str | None = None, ray_min_workers: int | None = None) -> None:
+                 ray_address: str | None = None, ray_min_workers: int | None = None,
+                 ray_local_workers: int = 0) -> None:
         check_transform_and_backend(dataset, backend, batch_transform, device)
         self.batch_transform = batch_transform
         dataset = packed_subset(dataset)
@@ -142,11 +146,17 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                          in_order=in_order)
         # A tail of our own replaces torch's iterator; the sampler, len() and state stay the loader's.
         self.ray_address, self.ray_min_workers = ray_address, ray_min_workers
+        self.ray_local_workers = ray_local_workers
         if self.settings.mode == "ray":  # decode actors on a Ray cluster
             from fastload.loading.ray_mode import RayDecode
 
             tail = partial(RayDecode, backend=backend, pin_memory=self.settings.pin_memory, in_order=in_order,
-                           address=ray_address, min_workers=ray_min_workers)
+                           address=ray_address, min_workers=ray_min_workers, local_workers=ray_local_workers)
+        elif given := ", ".join(f"{name}={value!r}" for name, value, default in (
+                ("ray_address", ray_address, None), ("ray_min_workers", ray_min_workers, None),
+                ("ray_local_workers", ray_local_workers, 0)) if value != default):
+            raise ValueError(f"{given} apply to mode='ray' only, and this loader's mode is "
+                             f"{self.settings.mode!r}: pass mode='ray' or drop them")
         self._tail = None if tail is None else tail(
             dataset, batch_size=self.batch_size, device=self._device, mean=mean, std=std,
             collate_fn=self.collate_fn, batched=self.batch_sampler is not None,

@@ -8,7 +8,8 @@ order and ``state_dict()`` are the threads mode's. What this module adds is wher
 that none of it is lost: a batch whose actor (or node) is lost is sent again to another actor and
 still delivered in its place. With ``ray_min_workers`` the actors are elastic: started while the
 loop waits, retired when idle (``ray_scaling`` decides how many; only an actor holding no batch
-is ended, so none is lost or moved).
+is ended, so none is lost or moved). With ``ray_local_workers`` some of them decode on this
+machine's own node (its cores, no network) beside those elsewhere.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class RayDecode:
         min_workers: the fewest: the actors start this many, more are started while the loop
             waits on them and idle ones are retired (see :mod:`~fastload.loading.ray_scaling`);
             None keeps ``num_workers`` all along.
+        local_workers: of the actors, this many run on this process's own Ray node (local decode:
+            its cores, batches through its shared memory), the first started and never retired
+            (at most the fewest actors); the others wherever the cluster has CPUs.
         prefetch_factor: batches in flight per actor (``num_workers * prefetch_factor`` in all).
         pin_memory: batches are copied out of the object store into pinned memory.
         in_order: deliver in the sampler's order (else as they come).
@@ -74,8 +78,8 @@ class RayDecode:
 
     def __init__(self, dataset: Any, *, backend: str, collate_fn: Any, batched: bool, num_workers: int,
                  prefetch_factor: int | None, pin_memory: bool, in_order: bool, address: str | None,
-                 min_workers: int | None = None, batch_size: int | None = None, device: Any = None,
-                 mean: Any = None, std: Any = None) -> None:
+                 min_workers: int | None = None, local_workers: int = 0, batch_size: int | None = None,
+                 device: Any = None, mean: Any = None, std: Any = None) -> None:
         if backend != "torch":
             raise ValueError(f"mode='ray' with backend={backend!r}: the decode actors run the CPU "
                              "pipeline (backend='torch'); use one or the other")
@@ -90,6 +94,12 @@ class RayDecode:
         self.pin = pin_memory and torch.cuda.is_available()  # as torch's: no CUDA, nothing to pin for
         self.depth = num_workers * (prefetch_factor or 2)  # at the most actors; fewer queue more each
         self.low, self.high = bounds(min_workers, num_workers)
+        if isinstance(local_workers, bool) or not isinstance(local_workers, int) or not 0 <= local_workers <= self.low:
+            raise ValueError(f"ray_local_workers={local_workers!r} with num_workers={num_workers} and ray_min_workers="
+                             f"{min_workers!r}: give an int from 0 to {self.low} (the actors kept on this machine "
+                             "are never retired, so they are at most the fewest actors)")
+        self.local_workers = local_workers
+        self.local: set[Any] = set()  # the actors (starting or started) placed on this process's node
         self.policy = partial(target, low=self.low, high=self.high)  # (recent, actors) → actors wanted
         self.recent: deque[Seen] = deque(maxlen=WINDOW)
         self.retiring: list[Any] = []  # given no new batch; ended once none of theirs is in flight
@@ -124,13 +134,30 @@ class RayDecode:
                 self._admit(wait=True)
 
     def _start(self, count: int) -> None:
+        """Start ``count`` actors: on this node while fewer than ``local_workers`` are, else spread."""
         if self._remote is None:
             self._remote = self.ray.remote(num_cpus=ACTOR_CPUS, max_restarts=0, scheduling_strategy="SPREAD",
                                            concurrency_groups={CONTROL: 1})(DecodeActor)
             self._dataset_ref = self.ray.put(self.dataset)  # pickled once for every actor
         for _ in range(count):
-            actor = self._remote.remote(self._dataset_ref, self.collate_fn, ACTOR_CPUS)
+            here = len(self.local) < self.local_workers
+            remote = self._remote.options(scheduling_strategy=self._here()) if here else self._remote
+            actor = remote.remote(self._dataset_ref, self.collate_fn, ACTOR_CPUS)
             self.starting[actor.ready.remote()] = actor
+            if here:
+                self.local.add(actor)
+
+    def _here(self) -> Any:
+        """The scheduling that keeps an actor on this process's node, which must have the CPUs."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node = self.ray.get_runtime_context().get_node_id()
+        cpus = next((n["Resources"].get("CPU", 0) for n in self.ray.nodes() if n["NodeID"] == node and n["Alive"]), 0)
+        if cpus < self.local_workers * ACTOR_CPUS:
+            raise ValueError(f"ray_local_workers={self.local_workers}: this machine's Ray node has {cpus:g} CPU(s) for "
+                             f"actors and each asks for {ACTOR_CPUS}; start it with more (ray start --num-cpus=N) "
+                             "or lower ray_local_workers")
+        return NodeAffinitySchedulingStrategy(node_id=node, soft=False)
 
     def pick(self, jobs: Iterable[_Job]) -> Any:
         """The started actor with the fewest batches of ``jobs`` (waiting for one to start if none has)."""
@@ -159,6 +186,7 @@ class RayDecode:
                     raise RuntimeError(f"mode='ray': a decode actor could not open the dataset on its node "
                                        f"({exc}); the dataset must be at a path every node sees, or a "
                                        "store URL") from exc
+                self.local.discard(actor)
                 self.replaced += 1  # its node went while it started
                 self._start(1)
                 continue
@@ -198,7 +226,10 @@ class RayDecode:
         """The actor holding the fewest of ``jobs`` gets no new batch; its own are still delivered
         in their place, and it is ended (by ``scale``) once none is in flight."""
         load = Counter(job.actor for job in jobs)
-        actor = min(self.actors, key=lambda actor: load[actor])
+        elsewhere = [actor for actor in self.actors if actor not in self.local]
+        if not elsewhere:  # only this node's: kept (the policy keeps at least local_workers)
+            return
+        actor = min(elsewhere, key=lambda actor: load[actor])
         self.actors.remove(actor)
         self.nodes.pop(actor, None)
         self.retiring.append(actor)
@@ -212,6 +243,7 @@ class RayDecode:
             if actor in self.actors:
                 self.actors.remove(actor)
                 self.nodes.pop(actor, None)
+                self.local.discard(actor)  # its replacement goes where it was wanted
                 self.replaced += 1
                 self._kill(actor)
                 self._start(1)
@@ -220,7 +252,7 @@ class RayDecode:
         """Stop every actor (a later iteration starts new ones)."""
         for actor in [*self.actors, *self.starting.values(), *self.retiring]:
             self._kill(actor)
-        self.actors, self.starting, self.nodes, self.retiring = [], {}, {}, []
+        self.actors, self.starting, self.nodes, self.retiring, self.local = [], {}, {}, [], set()
 
     def _kill(self, actor: Any) -> None:
         with contextlib.suppress(Exception):  # already dead, or Ray already shut down

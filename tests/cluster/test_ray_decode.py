@@ -188,6 +188,18 @@ def test_elastic_actors_are_added_while_the_loop_waits_and_idle_ones_retired(clu
     assert_same(got, batches(threads))  # the retired actor's last batches delivered in their place
 
 
+def test_local_and_remote_actors_decode_together(cluster: Any, packed: Path) -> None:
+    ds = fastload.PackedDataset(packed, image_size=32)
+    both = fastload.DataLoader(ds, batch_size=3, shuffle=True, seed=8, mode="ray", num_workers=2,
+                               ray_local_workers=1)
+    both._tail.start(wait=True)
+    here = ray.get_runtime_context().get_node_id()
+    assert [both._tail.nodes[actor] == here for actor in both._tail.actors].count(True) == 1
+    assert len(set(both._tail.nodes.values())) == 2  # the other on the other node
+    assert both._tail.local == {actor for actor in both._tail.actors if both._tail.nodes[actor] == here}
+    assert_same(batches(both), batches(fastload.DataLoader(ds, batch_size=3, shuffle=True, seed=8, mode="threads")))
+
+
 def test_a_pass_given_up_takes_back_its_queued_batches(cluster: Any, packed: Path, tmp_path: Path) -> None:
     calls, gate = tmp_path / "calls", tmp_path / "gate"
     calls.mkdir()
@@ -227,6 +239,14 @@ def test_what_mode_ray_refuses(cluster: Any, packed: Path) -> None:
         fastload.DataLoader(ds, batch_size=None, mode="ray", num_workers=1)
     with pytest.raises(ValueError, match="ray_min_workers=3 with num_workers=2: give an int from 1 to num_workers"):
         fastload.DataLoader(ds, batch_size=4, mode="ray", num_workers=2, ray_min_workers=3)
+    with pytest.raises(ValueError, match=r"ray_local_workers=2 with num_workers=3 and ray_min_workers=1: give an "
+                                         r"int from 0 to 1 \(the actors kept on this machine are never retired"):
+        fastload.DataLoader(ds, batch_size=4, mode="ray", num_workers=3, ray_min_workers=1, ray_local_workers=2)
+    with pytest.raises(ValueError, match=r"ray_local_workers=2: this machine.s Ray node has 1 CPU\(s\) for actors"):
+        next(iter(fastload.DataLoader(ds, batch_size=4, mode="ray", num_workers=2, ray_local_workers=2)))
+    with pytest.raises(ValueError, match=r"ray_min_workers=1, ray_local_workers=1 apply to mode='ray' only, and "
+                                         r"this loader's mode is 'threads': pass mode='ray' or drop them"):
+        fastload.DataLoader(ds, batch_size=4, mode="threads", ray_min_workers=1, ray_local_workers=1)
 
 
 def _run(code: str) -> subprocess.Popen:
