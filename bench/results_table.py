@@ -120,6 +120,12 @@ def _ray_decode(data: dict[str, Any]) -> str:
             f"≤ 0.15×); ray {_rate(ray['samples_per_s'])}, threads {_rate(threads['samples_per_s'])}")
 
 
+def _ray_elastic(data: dict[str, Any]) -> str:
+    return "; ".join(f"step {step} ms: elastic ended at {row['elastic_actors']} actors (fixed rows: {row['needed']} "
+                     f"needed), {_rate(row['elastic_samples_per_s'])} against {_rate(row['fixed_needed_samples_per_s'])}"
+                     for step, row in data["summary"].items())
+
+
 def _records_per_s(data: dict[str, Any]) -> str:
     return ", ".join(f"{name} {_rate(row['records_per_s'])}" for name, row in data["results"].items())
 
@@ -185,6 +191,7 @@ READERS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {  # in the ta
     "ray-task-cost": ("a Ray task's cost", _ray_task_cost),
     "ray-finalize": ("Ray finalize", _ray_finalize),
     "ray-decode": ("decoding on Ray", _ray_decode),
+    "ray-elastic": ("elastic decode actors", _ray_elastic),
     "remote": ("far storage", _ratios),
     "remote-cli": ("`fastload bench` on a store", lambda d: _loader_runs(d["runs"])),
     "litdata": ("against LitData", _litdata),
