@@ -196,7 +196,8 @@ class RayDecode:
 
     def scale(self, jobs: Sequence[_Job], waited: float | None) -> None:
         """After each batch handed over (``jobs``: those still in flight; ``waited``: the share of
-        the time per batch spent waiting for it, None for a pass's first): end the retired actors
+        the loop's time per batch it spent waiting for a batch, None when it has not taken one
+        since the last call): end the retired actors
         that hold no batch any more, and start or retire actors to the policy's count."""
         with self._pool_lock:
             held = {job.actor for job in jobs}
@@ -277,7 +278,9 @@ class _Flight:
         self.pool, self.key_batches = pool, key_batches
         self.jobs: deque[_Job] = deque()  # in the sampler's order
         self.exhausted = False
-        self.handed: float | None = None  # when the last batch was handed over
+        # The loop's waits, each a share of its time per batch: measured where the loop takes its
+        # batches (``_Pass``), not here, in the thread that runs ahead of it and waits when the loop does not.
+        self.loop_waited: deque[float] = deque()
         self.given_up = threading.Event()
         self.id = next(pool.passes)
 
@@ -286,7 +289,6 @@ class _Flight:
 
     def __next__(self) -> Any:
         ray = self.pool.ray
-        asked = time.perf_counter()
         self._submit()
         if not self.jobs:
             raise StopIteration
@@ -304,10 +306,9 @@ class _Flight:
                 self.jobs.remove(job)
                 raise exc.as_instanceof_cause() from None  # the dataset's own error, with the actor's traceback
             self.jobs.remove(job)
-            got = time.perf_counter()
-            waited = None if self.handed is None else (got - asked) / max(got - self.handed, 1e-9)
-            self.handed = got
-            self.pool.scale(self.jobs, waited)
+            self.pool.scale(self.jobs, None)  # the retired actors' last batches may be out
+            while self.loop_waited:
+                self.pool.scale(self.jobs, self.loop_waited.popleft())
             return to_tensors(batch, self.pool.pin)
 
     def _submit(self) -> None:
@@ -362,11 +363,23 @@ class _Flight:
 
 class _Pass(ThreadPrefetcher):
     """A pass's batches copied out of the object store ``HANDOVER`` ahead of the loop, in a
-    thread; closing it (the loader's iterator does when dropped) gives the pass up."""
+    thread; the loop's wait for each is noted for the elastic actors; closing it (the loader's
+    iterator does when dropped) gives the pass up."""
 
     def __init__(self, flight: _Flight) -> None:
         self.flight = flight
+        self.taken: float | None = None  # when the loop took its last batch
         super().__init__(flight, HANDOVER)
+
+    def __next__(self) -> Any:
+        asked = time.perf_counter()
+        try:
+            return super().__next__()
+        finally:
+            got = time.perf_counter()
+            if self.taken is not None:  # the pass's first batch waits for the actors' start: not a rate
+                self.flight.loop_waited.append((got - asked) / max(got - self.taken, 1e-9))
+            self.taken = got
 
     def close(self) -> None:
         self.flight.given_up.set()
