@@ -260,9 +260,12 @@ class RayDecode:
             self.ray.kill(actor, no_restart=True)
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # interpreter exit: Ray ends the job's actors itself
+        # No module global here: at interpreter exit they may be gone (and Ray ends the job's actors).
+        try:
             if self.ray.is_initialized():
                 self.close()
+        except Exception:  # noqa: BLE001, S110 - nothing to tell at exit
+            pass
 
 
 class _Flight:

@@ -254,7 +254,7 @@ def _run(code: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-def test_ray_missing_or_no_cluster_is_a_clear_error(packed: Path) -> None:
+def test_ray_missing_or_no_cluster_is_a_clear_error_and_a_script_ends_quietly(cluster: Any, packed: Path) -> None:
     with socket.socket() as s:  # a port where nothing listens
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -276,7 +276,15 @@ def test_ray_missing_or_no_cluster_is_a_clear_error(packed: Path) -> None:
         except ConnectionError as exc:
             print(type(exc).__name__, exc)
         """)
-    said = [p.communicate(timeout=240)[0] for p in (missing, unreachable)]
+    ending = _run(f"""
+        import fastload
+        ds = fastload.PackedDataset({str(packed)!r}, image_size=32)
+        loader = fastload.DataLoader(ds, batch_size=4, mode="ray", num_workers=1, ray_address={cluster.address!r})
+        print(len(next(iter(loader))[1]), "samples")
+        """)  # and the script ends with its loader (and actor) alive
+    said = [p.communicate(timeout=240)[0] for p in (missing, unreachable, ending)]
+    assert ending.returncode == 0 and said[2].strip().splitlines()[-1] == "4 samples", said[2]
+    assert "Traceback" not in said[2] and "Exception ignored" not in said[2], said[2]
     assert said[0].startswith("MissingDependencyError DataLoader(mode='ray') (decoding on a Ray cluster) "
                               "needs the ray[data] package"), said[0]
     assert "pip install ray[data]" in said[0]
