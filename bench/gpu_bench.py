@@ -11,6 +11,8 @@ interleaved run by run:
   its auto settings: the pinned copy on a side stream, normalised on the GPU.
 - ``nvimgcodec``: the same with ``backend="nvimgcodec", num_workers=0``: JPEG crops decoded on the
   GPU; ``nvimgcodec-split``: with one worker process per core decoding a share of each batch.
+- ``ray``: ``mode="ray"`` with ``--ray-workers`` decode actors on the Ray cluster at
+  ``--ray-address`` (issue 40: the training process on 2 cores, a Ray node on the rest).
 - ``headspace`` (under a model only): the step alone on one batch already on the GPU, the rate no
   loader can beat; a loader that reaches it leaves the model bounding training.
 
@@ -52,13 +54,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
                    help="num_workers of torch and of fastload's processes row (default: one per core)")
     p.add_argument("--rows", nargs="+", default=["torch", "auto"],
-                   choices=["torch", "auto", "threads", "processes", "nvimgcodec", "nvimgcodec-split"],
+                   choices=["torch", "auto", "threads", "processes", "nvimgcodec", "nvimgcodec-split", "ray"],
                    help="torch's loader, and fastload with its auto settings, an explicit mode, or GPU decode")
     p.add_argument("--model", default="small",
                    help="the model step: 'small' (a ResNet-18-shaped stack written here) or a torchvision "
                         "model name (resnet50, resnet18, ...), bf16 autocast and channels-last")
     p.add_argument("--steps", nargs="+", default=["data", "model"], choices=["data", "model"],
                    help="data alone, and under the model's step")
+    p.add_argument("--ray-address", default="auto", help="the ray row's cluster (default: the running one)")
+    p.add_argument("--ray-workers", type=int, default=14, help="the ray row's decode actors (default 14)")
     p.add_argument("--json", type=Path, help="write the rows here")
     return p.parse_args(argv)
 
@@ -114,6 +118,8 @@ def fastload_batches(packed: Path, args: argparse.Namespace, mode: str) -> Itera
         explicit: dict[str, Any] = {"backend": "nvimgcodec", "num_workers": 0}
     elif mode == "nvimgcodec-split":  # worker processes (one per core) decode a share of each batch
         explicit = {"backend": "nvimgcodec", "num_workers": args.workers}
+    elif mode == "ray":  # decode actors on the cluster
+        explicit = {"mode": "ray", "num_workers": args.ray_workers, "ray_address": args.ray_address}
     else:
         explicit = {} if mode == "auto" else {"mode": mode, "num_workers": args.workers if mode == "processes" else 0}
     # Persistent workers, as torch's row has: 6,000 photos are 23 batches, and a loader that forked
@@ -123,7 +129,7 @@ def fastload_batches(packed: Path, args: argparse.Namespace, mode: str) -> Itera
                                    device="cuda", mean=list(MEAN), std=list(STD), **explicit, **more)
 
     loader = make()
-    if loader.num_workers > 0:  # torch refuses persistent_workers without workers
+    if loader.num_workers > 0 and mode != "ray":  # torch refuses persistent_workers without workers
         loader = make(persistent_workers=True)
     print(f"  fastload {loader.settings.as_kwargs()}", flush=True)
     try:
@@ -207,6 +213,8 @@ def main(argv: list[str] | None = None) -> None:
         if row.startswith("nvimgcodec"):
             label = "GPU decode" if row == "nvimgcodec" else f"GPU + {args.workers} workers"
             rows[f"fastload, nvimgcodec, {label}"] = lambda row=row: fastload_batches(args.packed, args, row)
+        elif row == "ray":
+            rows[f"fastload, device='cuda', ray, {args.ray_workers} actors"] = lambda: fastload_batches(args.packed, args, "ray")
         elif row == "torch":
             rows[f"torch, {args.workers} workers, pin_memory"] = lambda: torch_batches(args.images, args)
         else:
