@@ -50,7 +50,6 @@ class DecodeActor:
         samples = getitems(list(keys)) if getitems else [self.dataset[k] for k in keys]
         return walk(self.collate_fn(samples), torch.Tensor, _store)
 
-
     def drop(self, pass_id: int) -> None:
         """Pass ``pass_id`` is given up. Called in the actor's ``CONTROL`` group, beside a batch
         being made: Ray's ``cancel`` does not stop a synchronous actor's calls already queued in it."""
