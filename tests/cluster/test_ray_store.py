@@ -3,7 +3,8 @@ two-node Ray cluster: a folder, a Parquet table and WebDataset tars packed to ``
 bit-exact against a local pack of the same source; a failed replacement leaves the published
 dataset; the same pack twice writes the same index; a node lost mid-pack leaves every record once
 and no object but the dataset's; a driver killed mid-pack (kill -9) and run again finishes, reusing
-the parts its tasks had uploaded; a prefix holding a user's object is refused and left as it is."""
+the parts its tasks had uploaded; a prefix holding a user's object is refused and left as it is.
+And the loader's side: mode="ray" actors decoding a dataset in the store."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from tests.cluster.conftest import write_photo_tables
 from tests.conftest import REPO, many_small_jpegs
@@ -278,3 +280,16 @@ def test_cli_ray_packs_a_folder_to_the_store_as_a_local_pack(cluster: Any, bucke
     assert main([*command, "--overwrite"]) == 0
     assert_only_the_dataset(bucket, "cli.fl")
     assert index_bytes(bucket, "cli.fl") == index
+
+
+def test_decode_actors_read_a_dataset_in_the_store(cluster: Any, bucket: Bucket, photos: tuple[Path, Path]) -> None:
+    """mode="ray" on an ``s3://`` dataset: each actor opens it from its URL on its node (the
+    storage options travel with the dataset) and makes the threads mode's batches."""
+    fastload.pack(photos[0], bucket.url("decode.fl"), storage_options=bucket.options)
+    ds = fastload.PackedDataset(bucket.url("decode.fl"), storage_options=bucket.options, image_size=32)
+    threads = fastload.DataLoader(ds, batch_size=5, shuffle=True, seed=2, mode="threads")
+    remote = fastload.DataLoader(ds, batch_size=5, shuffle=True, seed=2, mode="ray", num_workers=2)
+    got, want = list(remote), list(threads)
+    assert [y.tolist() for _, y in got] == [y.tolist() for _, y in want]
+    assert all(torch.equal(a, b) for (a, _), (b, _) in zip(got, want))
+    assert sorted(y for _, labels in got for y in labels.tolist()) == sorted(ds.index.label.tolist())
