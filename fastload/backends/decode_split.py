@@ -40,9 +40,10 @@ def next_share(share: float, waited_cpu: float, waited_gpu: float) -> float:
 class DecodeSplit:
     """Cuts the sampler's key batches as each side asks for them; each side reads its own parts.
 
-    The CPU side (torch's worker processes, which take batches as they dispatch them) and the
-    GPU side (a thread) run ahead of the loop by different amounts; whichever first reaches a
-    batch cuts it with the share of that moment, and the other finds the same cut.
+    The worker processes' batch sampler (:class:`~fastload.backends.worker_parts.TaggedParts`,
+    which torch reads as it dispatches parts, ahead of the loop) and the loop's merger reach a
+    batch at different times; whichever first reaches it cuts it with the share of that moment,
+    and the other finds the same cut.
     """
 
     def __init__(self, key_batches: Iterable[Sequence[Any]], share: float) -> None:
@@ -86,18 +87,3 @@ class DecodeSplit:
         with self._lock:
             self.share = next_share(self.share, waited_cpu, waited_gpu)
 
-
-class CpuParts:
-    """The batch sampler of the CPU side's torch DataLoader: the current split's CPU parts.
-
-    One object for the loader's life, so its worker processes persist across epochs; each
-    epoch points it at that epoch's split before iterating.
-    """
-
-    def __init__(self) -> None:
-        self.split: DecodeSplit | None = None
-
-    def __iter__(self) -> Iterator[list[Any]]:
-        if self.split is None:
-            return iter(())
-        return self.split.parts("cpu")

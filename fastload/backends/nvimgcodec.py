@@ -7,7 +7,8 @@ products resample every crop to the output size (:mod:`fastload.backends.crop_re
 included. Records the GPU decoder does not take (PNGs, CMYK JPEGs, anything it fails on) are
 decoded by the torch backend's own CPU code, per record, into the same batch; a record no one can
 decode raises (or is skipped) as there. With worker processes, a share of each batch is decoded
-by them on the CPU meanwhile (:mod:`fastload.backends.decode_split`).
+by them on the CPU meanwhile (:mod:`fastload.backends.decode_split`), and they also read and plan
+the GPU's share (:mod:`fastload.backends.worker_parts`): the training process then only decodes.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import Any, NamedTuple
 import torch
 
 from fastload.backends.crop_resample import Crop, resample_into
-from fastload.backends.decode_split import CpuParts, DecodeSplit
 from fastload.backends.dali_pipeline import window
+from fastload.backends.decode_split import DecodeSplit
 from fastload.backends.nvimgcodec_decoder import Region, RegionDecoder
 from fastload.backends.planned import (
     PlannedBatch,
@@ -30,13 +31,15 @@ from fastload.backends.planned import (
     check_dataset,
     read_and_plan,
 )
+from fastload.backends.planned_part import as_batch
+from fastload.backends.worker_parts import PartRouter, WorkerParts
 from fastload.config import available_cpus
 from fastload.decode.crops import decode_crop
 from fastload.decode.pipeline import ThreadDecoder
 from fastload.errors import CorruptRecordError
 from fastload.loading.prefetch import ThreadPrefetcher
 from fastload.loading.transfer import Normalizer, map_tensors, ready_on_loop_stream
-from fastload.samples.collate import collate_images, keep_skips, skipped_in, with_skips
+from fastload.samples.collate import skipped_in, with_skips
 
 DEPTH = 2
 """Batches read and planned ahead, and batches decoded ahead, of the loop."""
@@ -74,8 +77,8 @@ class NvImageCodecBackend:
         mean, std: normalise to float32 on the device (as fastload's Normalizer).
         batch_size, collate_fn, batched: the loader's; this tail builds whole batches itself.
         num_workers, prefetch_factor: the loader's worker processes, if any, decode a share of
-            each batch on the CPU while the GPU decodes the rest (:mod:`fastload.backends.decode_split`);
-            0 decodes every batch on the GPU.
+            each batch on the CPU while the GPU decodes the rest (:mod:`fastload.backends.decode_split`),
+            and read and plan that rest; 0 decodes every batch on the GPU, read and planned in a thread.
     """
 
     def __init__(self, dataset: Any, *, batch_size: int | None, device: torch.device | None,
@@ -99,45 +102,49 @@ class NvImageCodecBackend:
         # a target_transform, whose labels may be anything).
         self._workers = num_workers if dataset.target_transform is None else 0
         self._prefetch_factor = prefetch_factor
-        self._cpu_parts = CpuParts()
-        self._cpu_loader: torch.utils.data.DataLoader | None = None
+        self._worker_parts: WorkerParts | None = None  # made at the first epoch; its workers persist
         self.cpu_share = 0.5 if self._workers else 0.0
         """The share of each batch the CPU decodes now (it adapts; the last epoch's carries on)."""
 
     def batches(self, key_batches: Iterable[Sequence[Any]]) -> Iterator[tuple[torch.Tensor, Any]]:
         """``(images, labels)`` for each batch of sampler keys, in order, on the device.
 
-        Three threads overlap three batches: one reads and plans, one decodes (nvImageCodec), one
+        Three threads overlap three batches: one reads and plans (with worker processes, they
+        do, and this thread receives their planned parts), one decodes (nvImageCodec), one
         resamples and decodes what the GPU decoder did not take. An error (a damaged record) is
         raised when the loop reaches its batch, after the batches before it; the iteration ends there.
         """
         decoder = self._ready_decoder()
         skip = self.dataset.on_error == "skip"
-        split = DecodeSplit(key_batches, self.cpu_share) if self._workers else None
-        gpu_parts = split.parts("gpu") if split is not None else key_batches
-        planned = ThreadPrefetcher((read_and_plan(self.dataset, keys, skip=skip) for keys in gpu_parts), DEPTH)
+        planned: Iterator[PlannedBatch]
+        if self._workers:  # planned in the worker processes, which run ahead as torch's loader does
+            split = DecodeSplit(key_batches, self.cpu_share)
+            router = self._worker_side().epoch(split)
+            planned = (as_batch(part) for part in router.parts("gpu"))
+            stop_planning = router.close
+        else:
+            prefetched = ThreadPrefetcher((read_and_plan(self.dataset, keys, skip=skip) for keys in key_batches), DEPTH)
+            planned, stop_planning = prefetched, prefetched.close
         decoded = ThreadPrefetcher((self._decode(decoder, batch) for batch in planned), DEPTH)
         made = ThreadPrefetcher((self._finish(batch) for batch in decoded), DEPTH)
         try:
-            if split is None:
+            if self._workers:
+                yield from self._joined(split, router, made)
+            else:
                 for batch in made:
                     yield self._hand_over(batch)
-            else:
-                yield from self._joined(split, made)
         finally:
             made.close()
             decoded.close()
-            planned.close()
+            stop_planning()
 
-    def _joined(self, split: DecodeSplit, made: Iterator[_Made]) -> Iterator[tuple[torch.Tensor, Any]]:
+    def _joined(self, split: DecodeSplit, router: PartRouter, made: Iterator[_Made]) -> Iterator[tuple[torch.Tensor, Any]]:
         """Each batch's CPU part (worker processes) and GPU part, joined in the sampler's order;
         the share moves toward the side that kept the loop waiting less."""
-        self._cpu_parts.split = split
-        cpu_parts = iter(self._cpu_side())
         b = 0
         while (cut := split.cut(b)) is not None:
             started = time.perf_counter()
-            cpu_part = next(cpu_parts) if cut.cpu else None
+            cpu_part = router.take("cpu") if cut.cpu else None
             between = time.perf_counter()
             gpu_part = next(made) if cut.gpu else None
             split.adapt(between - started, time.perf_counter() - between)
@@ -146,15 +153,12 @@ class NvImageCodecBackend:
             b += 1
             yield self._hand_over(gpu_part, cpu_part)
 
-    def _cpu_side(self) -> torch.utils.data.DataLoader:
-        """torch's loader over the CPU parts: the worker processes persist across epochs."""
-        if self._cpu_loader is None:
-            skip = self.dataset.on_error == "skip"  # each batch carries its skip count, as the loader's
-            self._cpu_loader = torch.utils.data.DataLoader(
-                self.dataset, batch_sampler=self._cpu_parts, num_workers=self._workers,
-                collate_fn=keep_skips(collate_images) if skip else collate_images, pin_memory=self.gpu,
-                persistent_workers=True, prefetch_factor=self._prefetch_factor)
-        return self._cpu_loader
+    def _worker_side(self) -> WorkerParts:
+        """torch's loader over both sides' parts: the worker processes persist across epochs."""
+        if self._worker_parts is None:
+            self._worker_parts = WorkerParts(self.dataset, num_workers=self._workers,
+                                             prefetch_factor=self._prefetch_factor, pin_memory=self.gpu)
+        return self._worker_parts
 
     def _ready_decoder(self) -> RegionDecoder:
         if self._decoder is None:
@@ -240,8 +244,9 @@ class NvImageCodecBackend:
         def one(j: int) -> None:
             k = ks[j]
             try:
-                decode_crop(batch.payloads[k], batch.plans[k], out=host[j].numpy(), where=batch.where(self.dataset, k),
-                            max_pixels=self.dataset.max_pixels)
+                payload = batch.payloads[k]  # decode_crop searches bytes: a view of a worker's buffer is copied
+                decode_crop(payload if isinstance(payload, bytes) else bytes(payload), batch.plans[k],
+                            out=host[j].numpy(), where=batch.where(self.dataset, k), max_pixels=self.dataset.max_pixels)
             except CorruptRecordError as exc:
                 if self.dataset.on_error != "skip":
                     raise

@@ -25,14 +25,15 @@ class PlannedBatch:
 
     Attributes:
         indices: record indices, in the sampler's order.
-        payloads: each record's encoded bytes (checked against its checksum).
+        payloads: each record's encoded bytes (checked against its checksum); from a worker
+            process, read-only views of the buffer it sent (:mod:`fastload.backends.planned_part`).
         plans: each record's crop box, output size and flip.
         sizes: each record's ``(width, height)``, from the index or its header.
         failed: records left out under ``on_error="skip"`` (their errors, by record index).
     """
 
     indices: list[int]
-    payloads: list[bytes]
+    payloads: list[bytes] | list[memoryview]
     plans: list[CropPlan]
     sizes: list[tuple[int, int]]
     failed: dict[int, CorruptRecordError] = field(default_factory=dict)
