@@ -67,6 +67,14 @@ def _nvimgcodec_profile(data: dict[str, Any]) -> str:
         f"{name} {_rate(v['decode_alone_samples_per_s'])}" for name, v in data["variants"].items())
 
 
+def _nvimgcodec_parent(data: dict[str, Any]) -> str:
+    before, after = data["medians"]["before"], data["medians"]["after"]
+    return (f"the training process's CPU a batch of {data['args']['batch_size']} for the GPU's share: read + plan "
+            f"there {before['parent_ms']:.2f} ms, planned parts from {data['args']['workers']} workers "
+            f"{after['parent_ms']:.2f} ms ({_x(data['after_over_before'])}; of which freeing their shared memory "
+            f"{after['free_ms']:.2f} ms); the workers' CPU {after['workers_ms']:.1f} ms")
+
+
 def _loader_runs(runs: list[dict[str, Any]]) -> str:
     """The best torch row against the best fastload row of a loader comparison."""
     def best(prefix: str) -> dict[str, Any] | None:
@@ -182,6 +190,7 @@ READERS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {  # in the ta
     "fields": ("samples with fields", _named_runs),
     "gpu": ("a real GPU fed", _gpu),
     "nvimgcodec-profile": ("GPU decode stages", _nvimgcodec_profile),
+    "nvimgcodec-parent": ("GPU decode: the training process's CPU", _nvimgcodec_parent),
     "parent-cost": ("the training process's CPU, processes mode", _parent_cost),
     "pack": ("packing 10,000 photos", _pack),
     "sources": ("packing each way in", _records_per_s),
