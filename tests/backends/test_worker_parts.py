@@ -60,6 +60,7 @@ def test_a_planned_part_rebuilds_its_batch_with_views_of_one_buffer(packed):
     batch = read_and_plan(ds, keys)
     part = as_part(batch)
     assert isinstance(part.payloads, torch.Tensor) and all(isinstance(a, np.ndarray) for a in part[1:5])
+    assert part.pin_memory() is part  # torch's pin-memory thread leaves the payloads where they are
     rebuilt = as_batch(part)
     assert (rebuilt.indices, rebuilt.plans, rebuilt.sizes) == (batch.indices, batch.plans, batch.sizes)
     assert [bytes(p) for p in rebuilt.payloads] == batch.payloads
