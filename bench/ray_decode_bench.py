@@ -88,6 +88,23 @@ def timed_epoch(loader: Any, raylet: int | None) -> dict[str, float]:
     return row
 
 
+def run_facts(bench: str, args: argparse.Namespace, ds: Any) -> dict[str, Any]:
+    """What a Ray benchmark's result file says of its run: when, the commit, the arguments, the
+    dataset and the machine (with its load: this machine is shared)."""
+    import ray
+
+    return {
+        "bench": bench,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                 check=False, cwd=Path(__file__).parent).stdout.strip(),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "dataset": {"records": len(ds), "bytes": int(ds.record_sizes.sum())},
+        "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "ray": ray.__version__,
+                    "loadavg": os.getloadavg()},
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import ray
@@ -131,14 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     medians = {name: {key: statistics.median(r[key] for r in rows) for key in rows[0]} for name, rows in runs.items()}
     ratio = medians["ray"]["cpu_ms_per_sample"] / medians["threads"]["cpu_ms_per_sample"]
     result = {
-        "bench": "ray-decode",
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                 check=False, cwd=Path(__file__).parent).stdout.strip(),
-        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "dataset": {"records": len(ds), "bytes": int(ds.record_sizes.sum())},
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "ray": ray.__version__,
-                    "loadavg": os.getloadavg()},
+        **run_facts("ray-decode", args, ds),
         "runs": runs,
         "medians": medians,
         "ray_over_threads_cpu_per_sample": ratio,

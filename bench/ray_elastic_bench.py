@@ -27,15 +27,13 @@ share the machine's cores: three 1-CPU nodes do not decode 3× one. Nothing asse
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from ray_decode_bench import run_facts
 
 import fastload
 from fastload.loading.ray_scaling import GROW_AT
@@ -120,14 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                       "fixed_needed_samples_per_s": row["fixed"][row["needed"]]["samples_per_s"]}
                for step, row in rows.items()}
     result = {
-        "bench": "ray-elastic",
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                 check=False, cwd=Path(__file__).parent).stdout.strip(),
-        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "dataset": {"records": len(ds), "bytes": int(ds.record_sizes.sum())},
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "ray": ray.__version__,
-                    "loadavg": os.getloadavg()},
+        **run_facts("ray-elastic", args, ds),
         "steps": rows,
         "summary": summary,
         "elastic_counters": counters,
