@@ -32,7 +32,7 @@ from fastload.backends.planned import (
     read_and_plan,
 )
 from fastload.backends.planned_part import as_batch
-from fastload.backends.worker_parts import PartRouter, WorkerParts
+from fastload.backends.worker_parts import FailedPart, PartRouter, WorkerParts
 from fastload.config import available_cpus
 from fastload.decode.crops import decode_crop
 from fastload.decode.pipeline import ThreadDecoder
@@ -145,6 +145,8 @@ class NvImageCodecBackend:
         while (cut := split.cut(b)) is not None:
             started = time.perf_counter()
             cpu_part = router.take("cpu") if cut.cpu else None
+            if isinstance(cpu_part, FailedPart):  # as a GPU part's error: in the batch's place, then the end
+                raise CorruptRecordError(cpu_part.error)
             between = time.perf_counter()
             gpu_part = next(made) if cut.gpu else None
             split.adapt(between - started, time.perf_counter() - between)

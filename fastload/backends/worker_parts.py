@@ -19,6 +19,7 @@ import torch
 
 from fastload.backends.decode_split import DecodeSplit
 from fastload.backends.planned_part import plan_part
+from fastload.errors import CorruptRecordError
 from fastload.samples.collate import collate_images, keep_skips
 
 Side = Literal["cpu", "gpu"]
@@ -29,6 +30,17 @@ class Part(NamedTuple):
 
     side: Side
     keys: list[Any]
+
+
+class FailedPart(NamedTuple):
+    """A CPU part a damaged record stopped (``on_error="raise"``): its error, naming the record,
+    raised in the training process in the batch's place, as num_workers=0 raises it."""
+
+    error: str
+
+    def pin_memory(self) -> FailedPart:
+        """Itself: nothing to pin."""
+        return self
 
 
 class TaggedParts:
@@ -70,7 +82,10 @@ class PartMaker(torch.utils.data.Dataset):
 
     def __getitems__(self, part: Part) -> Any:
         if part.side == "cpu":
-            return self.collate(self.dataset.__getitems__(part.keys))
+            try:
+                return self.collate(self.dataset.__getitems__(part.keys))
+            except CorruptRecordError as exc:  # not torch's "Caught ... in DataLoader worker" wrapper
+                return FailedPart(str(exc))
         return plan_part(self.dataset, part.keys, skip=self.dataset.on_error == "skip")
 
     def __getitem__(self, key: Any) -> Any:

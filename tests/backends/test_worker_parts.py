@@ -146,15 +146,18 @@ def test_records_skipped_in_a_worker_are_counted_and_warned_of_here(packed, tmp_
 
 
 @needs_nvimgcodec
-def test_a_record_damaged_in_a_workers_part_fails_its_batch_naming_it(packed, tmp_path, monkeypatch):
-    """on_error="raise": the batches before it, then the error num_workers=0 raises, word for word."""
+@pytest.mark.parametrize("share", [0.0, 0.5])
+def test_a_record_damaged_in_a_workers_part_fails_its_batch_naming_it(packed, tmp_path, monkeypatch, share):
+    """on_error="raise": the batches before it, then the error num_workers=0 raises, word for word,
+    whether the record is in a GPU part (share 0) or a CPU part (0.5: batches of 2 cut 1 + 1, so
+    record 2 is decoded in a worker), not torch's "Caught ... in DataLoader worker" wrapper."""
     copy = damaged_copy(packed["lmdb"], tmp_path)
     messages, delivered = [], []
     for workers in (0, 2):
         loader = fastload.DataLoader(fastload.PackedDataset(copy, image_size=SIZE, train=False), batch_size=2,
                                      shuffle=False, backend="nvimgcodec", num_workers=workers)
         if workers:
-            fixed_share(monkeypatch, loader, 0.0)
+            fixed_share(monkeypatch, loader, share)
         got = []
         with pytest.raises(CorruptRecordError, match=rf"record {DAMAGED} \(img{DAMAGED:04d}.jpg\)") as raised:
             for _, y in loader:
@@ -164,6 +167,7 @@ def test_a_record_damaged_in_a_workers_part_fails_its_batch_naming_it(packed, tm
         loader.set_epoch(0)
         assert run(loader, limit=1)[0] == [0, 1]  # the next iteration starts afresh
     assert messages[0] == messages[1] and delivered == [[0, 1], [0, 1]]
+    assert "DataLoader worker" not in messages[1]
 
 
 @needs_nvimgcodec
