@@ -24,6 +24,7 @@ from fastload.backends.crop_resample import Crop, resample_into
 from fastload.backends.dali_pipeline import window
 from fastload.backends.decode_split import DecodeSplit
 from fastload.backends.nvimgcodec_decoder import Region, RegionDecoder
+from fastload.backends.payload_slots import PayloadPool
 from fastload.backends.planned import (
     PlannedBatch,
     batch_labels,
@@ -43,6 +44,9 @@ from fastload.samples.collate import skipped_in, with_skips
 
 DEPTH = 2
 """Batches read and planned ahead, and batches decoded ahead, of the loop."""
+HELD_HERE = 2 * DEPTH + 3
+"""GPU parts the training process can hold at once: the decoded queue and the made thread's input,
+the one being decoded, the one the reader holds while torch hands out the next, and the router's."""
 
 
 class _Decoded(NamedTuple):
@@ -103,6 +107,10 @@ class NvImageCodecBackend:
         self._workers = num_workers if dataset.target_transform is None else 0
         self._prefetch_factor = prefetch_factor
         self._worker_parts: WorkerParts | None = None  # made at the first epoch; its workers persist
+        self._batch_size = batch_size or 1
+        self.payload_slots: int | None = None
+        """Payload slots of the workers' planned parts (made at the first epoch): None, enough for
+        every part in flight; 0, none (a fresh shared-memory buffer per part)."""
         self.cpu_share = 0.5 if self._workers else 0.0
         """The share of each batch the CPU decodes now (it adapts; the last epoch's carries on)."""
 
@@ -158,7 +166,11 @@ class NvImageCodecBackend:
     def _worker_side(self) -> WorkerParts:
         """torch's loader over both sides' parts: the worker processes persist across epochs."""
         if self._worker_parts is None:
-            self._worker_parts = WorkerParts(self.dataset, num_workers=self._workers,
+            count = self.payload_slots
+            if count is None:  # what can be in flight: the workers' parts ahead, and those held here
+                count = self._workers * (self._prefetch_factor or 2) + HELD_HERE
+            pool = PayloadPool.sized_for(self.dataset, self._batch_size, count) if count else None
+            self._worker_parts = WorkerParts(self.dataset, num_workers=self._workers, pool=pool,
                                              prefetch_factor=self._prefetch_factor, pin_memory=self.gpu)
         return self._worker_parts
 
@@ -176,16 +188,27 @@ class NvImageCodecBackend:
     def _decode(self, decoder: RegionDecoder, batch: PlannedBatch) -> _Decoded:
         decode_stream = self._streams[0] if self.gpu else None
         with self._decode_lock, torch.cuda.stream(decode_stream):  # None (CPU): no stream
-            parsed = [decoder.parse(payload) for payload in batch.payloads]
-            on_device = [k for k, code in enumerate(parsed) if code is not None]
-            regions, crops = self._crops(batch, on_device)
-            pixels = decoder.decode([parsed[k] for k in on_device], regions, decode_stream) if on_device else []
-            done = torch.cuda.Event() if decode_stream is not None else None
-            if done is not None:
-                done.record(decode_stream)
+            try:
+                parsed = [decoder.parse(payload) for payload in batch.payloads]
+                on_device = [k for k, code in enumerate(parsed) if code is not None]
+                regions, crops = self._crops(batch, on_device)
+                pixels = decoder.decode([parsed[k] for k in on_device], regions, decode_stream) if on_device else []
+            finally:  # also after a failed decode: what it queued may still read the payloads
+                done = torch.cuda.Event() if decode_stream is not None else None
+                if done is not None:
+                    done.record(decode_stream)
+                    if batch.lease is not None:  # its payload slot is released once the GPU has read it
+                        batch.lease.read_until(done)
         return _Decoded(batch, on_device, pixels, crops, done)
 
     def _finish(self, decoded: _Decoded) -> _Made:
+        try:
+            return self._resample_and_decode_rest(decoded)
+        finally:  # nothing reads the payloads now (the CPU decoded its records; on the GPU: after ``done``)
+            if decoded.batch.lease is not None:
+                decoded.batch.lease.release()
+
+    def _resample_and_decode_rest(self, decoded: _Decoded) -> _Made:
         batch = decoded.batch
         resample_stream = self._streams[1] if self.gpu else None
         with torch.cuda.stream(resample_stream):

@@ -30,6 +30,8 @@ class PlannedBatch:
         plans: each record's crop box, output size and flip.
         sizes: each record's ``(width, height)``, from the index or its header.
         failed: records left out under ``on_error="skip"`` (their errors, by record index).
+        lease: the payload slot ``payloads`` are views of (:class:`~fastload.backends.payload_slots.Lease`),
+            to be released once nothing reads them; None when they are not in one.
     """
 
     indices: list[int]
@@ -37,6 +39,7 @@ class PlannedBatch:
     plans: list[CropPlan]
     sizes: list[tuple[int, int]]
     failed: dict[int, CorruptRecordError] = field(default_factory=dict)
+    lease: Any = None
 
     def where(self, dataset: Any, k: int) -> str:
         """The k-th record named for an error message (shard, record, source path)."""

@@ -5,7 +5,8 @@ worker processes, the CPU part is decoded as the torch backend decodes it, and t
 read and planned (:mod:`fastload.backends.planned_part`), so the training process only decodes it:
 its Python threads leave the GIL to the training loop. One torch DataLoader, whose batch sampler
 hands out tagged parts, serves both; the router gives each side its parts in the sampler's order,
-whichever side asks first.
+whichever side asks first. A GPU part goes out with a payload slot leased to it, if one is free
+(:mod:`fastload.backends.payload_slots`), and comes back with that slot's lease attached.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Literal, NamedTuple
 import torch
 
 from fastload.backends.decode_split import DecodeSplit
+from fastload.backends.payload_slots import PayloadPool
 from fastload.backends.planned_part import plan_part
 from fastload.errors import CorruptRecordError
 from fastload.samples.collate import collate_images, keep_skips
@@ -26,10 +28,13 @@ Side = Literal["cpu", "gpu"]
 
 
 class Part(NamedTuple):
-    """One side's share of one batch, as the workers' batch sampler hands it out."""
+    """One side's share of one batch, as the workers' batch sampler hands it out (a GPU part with
+    the payload slot leased to it and its lease's generation; -1: none)."""
 
     side: Side
     keys: list[Any]
+    slot: int = -1
+    generation: int = 0
 
 
 class FailedPart(NamedTuple):
@@ -47,36 +52,48 @@ class TaggedParts:
     """The batch sampler of the workers' torch DataLoader: each batch's CPU part, then its GPU part.
 
     One object for the loader's life, so its worker processes persist across epochs; each epoch
-    points it at that epoch's split (:meth:`start`). The sides it hands out are noted, in order,
+    points it at that epoch's split (:meth:`start`). The parts it hands out are noted, in order,
     for the router: a worker's exception replaces a part without saying whose it was.
+
+    Args:
+        pool: the payload slots leased to GPU parts, if any.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, pool: PayloadPool | None = None) -> None:
         self.split: DecodeSplit | None = None
-        self.sent: deque[Side] = deque()
+        self.sent: deque[Part] = deque()
+        self.pool = pool
 
-    def start(self, split: DecodeSplit) -> deque[Side]:
+    def start(self, split: DecodeSplit) -> deque[Part]:
         """Hand out ``split``'s parts from the next iteration; returns where their sides are noted."""
         self.split, self.sent = split, deque()
         return self.sent
 
     def __iter__(self) -> Iterator[Part]:
-        split, sent = self.split, self.sent  # this epoch's, whatever the next epoch sets
+        split, sent, pool = self.split, self.sent, self.pool  # this epoch's, whatever the next epoch sets
+        if pool is not None:
+            # torch runs this first after every worker has finished the earlier epoch's parts (its
+            # reset waits for them): the slots of those it dropped unread are free to fill again.
+            pool.reclaim_dispatched()
         b = 0
         while split is not None and (cut := split.cut(b)) is not None:
             for side, keys in (("cpu", cut.cpu), ("gpu", cut.gpu)):
                 if keys:
-                    sent.append(side)  # type: ignore[arg-type]
-                    yield Part(side, keys)  # type: ignore[arg-type]
+                    slot, generation = pool.lease() if pool is not None and side == "gpu" else (-1, 0)
+                    part = Part(side, keys, slot, generation)  # type: ignore[arg-type]
+                    sent.append(part)
+                    yield part
             b += 1
 
 
 class PartMaker(torch.utils.data.Dataset):
     """The workers' dataset: a CPU part decoded and collated as the torch backend's batch, a GPU
-    part read and planned. torch's fetcher calls ``__getitems__`` with the sampler's Part."""
+    part read and planned (its payloads into its slot of ``pool``'s, if leased one). torch's
+    fetcher calls ``__getitems__`` with the sampler's Part."""
 
-    def __init__(self, dataset: Any) -> None:
+    def __init__(self, dataset: Any, pool: PayloadPool | None = None) -> None:
         self.dataset = dataset
+        self.slots = pool.slots if pool is not None else None  # shared memory, mapped before the workers start
         skip = dataset.on_error == "skip"  # each part carries its skips, as the loader's batches
         self.collate = keep_skips(collate_images) if skip else collate_images
 
@@ -86,7 +103,8 @@ class PartMaker(torch.utils.data.Dataset):
                 return self.collate(self.dataset.__getitems__(part.keys))
             except CorruptRecordError as exc:  # not torch's "Caught ... in DataLoader worker" wrapper
                 return FailedPart(str(exc))
-        return plan_part(self.dataset, part.keys, skip=self.dataset.on_error == "skip")
+        return plan_part(self.dataset, part.keys, skip=self.dataset.on_error == "skip", slots=self.slots,
+                         slot=part.slot, generation=part.generation)
 
     def __getitem__(self, key: Any) -> Any:
         raise TypeError("PartMaker makes whole parts (__getitems__); its loader's batch sampler is TaggedParts")
@@ -107,12 +125,16 @@ class WorkerParts:
         dataset: the PackedDataset the parts are made of.
         num_workers, prefetch_factor: the loader's.
         pin_memory: pin the CPU parts (a GPU's batches); planned parts are never pinned.
+        pool: payload slots for the GPU parts (made here, before the workers start); None: each
+            part's payloads in a fresh buffer.
     """
 
-    def __init__(self, dataset: Any, *, num_workers: int, prefetch_factor: int | None, pin_memory: bool) -> None:
-        self.sampler = TaggedParts()
+    def __init__(self, dataset: Any, *, num_workers: int, prefetch_factor: int | None, pin_memory: bool,
+                 pool: PayloadPool | None = None) -> None:
+        self.pool = pool
+        self.sampler = TaggedParts(pool)
         self.loader = torch.utils.data.DataLoader(
-            PartMaker(dataset), batch_sampler=self.sampler, num_workers=num_workers, collate_fn=as_made,
+            PartMaker(dataset, pool), batch_sampler=self.sampler, num_workers=num_workers, collate_fn=as_made,
             pin_memory=pin_memory, persistent_workers=True, prefetch_factor=prefetch_factor)
         self._reading = threading.Lock()  # torch's iterator: one reader at a time, and no reset meanwhile
         # The epoch now read (a number: a router held here would make a reference cycle through
@@ -133,11 +155,35 @@ class WorkerParts:
             if router.epoch != self._epoch or router.closed:
                 return None
             try:
-                return True, next(router.source)
+                read: tuple[bool, Any] = True, next(router.source)
             except StopIteration:
                 return None
             except Exception as exc:  # noqa: BLE001 - a part's error, raised on its side in its place
-                return False, exc
+                read = False, exc
+            # Its lease attached before the next epoch's sampler may reclaim the slot: the part
+            # is the first noted and not yet routed (one reader at a time).
+            return self.received(read, router.noted())
+
+    def received(self, read: tuple[bool, Any], part: Part) -> tuple[bool, Any]:
+        """What came back for ``part``, with its payload slot's lease if its payloads are in it
+        (otherwise the slot is released now: the worker is done with it)."""
+        if self.pool is None or part.slot < 0:
+            return read
+        ok, item = read
+        if not ok:
+            # Perhaps not this part's own error (a worker that died): its slot stays out until
+            # torch's reset for the next epoch has waited for every worker.
+            return read
+        if (item.slot, item.generation) != (part.slot, part.generation):
+            raise RuntimeError(f"fastload: the part handed out with payload slot {part.slot} generation "
+                               f"{part.generation} came back as slot {item.slot} generation {item.generation} "
+                               "(a bug in fastload: please report it)")
+        counted = None if item.error is not None else "pooled" if item.pooled else "oversize"
+        lease = self.pool.received(part.slot, part.generation, counted)
+        if not item.pooled:
+            lease.release()
+            return read
+        return True, item._replace(lease=lease)
 
 
 class PartRouter:
@@ -148,7 +194,7 @@ class PartRouter:
     passes. A worker's exception is raised on the side whose part it replaced, in that part's place.
     """
 
-    def __init__(self, owner: WorkerParts, source: Iterator[Any], sent: deque[Side], epoch: int = 0) -> None:
+    def __init__(self, owner: WorkerParts, source: Iterator[Any], sent: deque[Part], epoch: int = 0) -> None:
         self.owner = owner
         self.source = source
         self.epoch = epoch
@@ -181,11 +227,15 @@ class PartRouter:
                     if read is None:
                         self._ended = True
                     else:
-                        self._waiting[self._sent.popleft()].append(read)
+                        self._waiting[self._sent.popleft().side].append(read)
                     self._changed.notify_all()
         if not ok:
             raise item
         return item
+
+    def noted(self) -> Part:
+        """The sampler's part whose item the reader has just received (routed next)."""
+        return self._sent[0]
 
     def parts(self, side: Side) -> Iterator[Any]:
         """``side``'s parts, in order, until the epoch ends (or a part's error is raised)."""

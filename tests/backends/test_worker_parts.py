@@ -20,7 +20,7 @@ import fastload
 from fastload.backends import decode_split
 from fastload.backends.planned import read_and_plan
 from fastload.backends.planned_part import as_batch, as_part, plan_part
-from fastload.backends.worker_parts import PartRouter
+from fastload.backends.worker_parts import Part, PartRouter
 from fastload.errors import CorruptRecordError
 from tests.backends.contract import BATCH, SIZE, make, needs_nvimgcodec, run
 
@@ -99,7 +99,7 @@ class _Parts:
 
 def test_the_router_gives_each_side_its_parts_and_a_workers_error_in_its_place():
     failure = RuntimeError("worker 1 failed on gpu part 1")
-    sides = deque(["cpu", "gpu", "cpu", "gpu", "gpu"])
+    sides = deque(Part(side, []) for side in ["cpu", "gpu", "cpu", "gpu", "gpu"])
     items = [(True, "c0"), (True, "g0"), (True, "c1"), (False, failure), (True, "g2")]
     router = PartRouter(_Parts(items), iter(()), sides)
     assert router.take("gpu") == "g0"  # c0 kept for the CPU side on the way
