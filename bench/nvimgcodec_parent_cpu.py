@@ -11,7 +11,10 @@ the training process, per batch of 256, side by side in one run, runs interleave
 - ``before``: ``read_and_plan`` in a prefetch thread, as the backend runs it with ``num_workers=0``;
 - ``after``: the backend's own worker loader (``WorkerParts``, ``--workers`` persistent processes)
   with every record on the GPU's side (share 0), its planned parts received and rebuilt into
-  PlannedBatches (``as_batch``) by one thread of the training process, as its decode thread does.
+  PlannedBatches (``as_batch``) by one thread of the training process, as its decode thread does;
+  each part's payloads in a fresh shared-memory buffer (the backend with ``payload_slots = 0``);
+- ``pooled``: the same, the payloads in the payload slots the backend makes by default
+  (``fastload/backends/payload_slots.py``: made once, reused; dropping a batch releases its slot).
 
 The same packed photo-like JPEGs (``make_example.py``), batch 256, the train crop 224; nothing is
 decoded, and each batch is dropped once taken (its memory freed here). Measured in the training
@@ -44,6 +47,8 @@ import torch
 
 import fastload
 from fastload.backends.decode_split import DecodeSplit
+from fastload.backends.nvimgcodec import HELD_HERE
+from fastload.backends.payload_slots import PayloadPool
 from fastload.backends.planned import read_and_plan
 from fastload.backends.planned_part import as_batch
 from fastload.backends.worker_parts import WorkerParts
@@ -102,10 +107,12 @@ def planned_here(dataset: Any, args: argparse.Namespace) -> tuple[Iterator[Any],
     return prefetcher, (lambda planned: planned)
 
 
-def planned_in_workers(dataset: Any, args: argparse.Namespace) -> tuple[Iterator[Any], Any]:
-    """after: the backend's worker loader, every record on the GPU's side; parts rebuilt here."""
+def planned_in_workers(dataset: Any, args: argparse.Namespace, pool: PayloadPool | None = None
+                       ) -> tuple[Iterator[Any], Any]:
+    """after (pooled): the backend's worker loader, every record on the GPU's side, the payloads in
+    a fresh buffer per part (in ``pool``'s slots); parts rebuilt here."""
     workers = WorkerParts(dataset, num_workers=args.workers, prefetch_factor=2,
-                          pin_memory=torch.cuda.is_available())
+                          pin_memory=torch.cuda.is_available(), pool=pool)
     router = workers.epoch(DecodeSplit(key_batches(len(dataset), args.batch_size), share=0.0))
     # Each part as it comes (router.parts would hold the last one until the next: its free would
     # count as the next one's take). The router keeps the loader and its processes.
@@ -185,7 +192,9 @@ def main(argv: list[str] | None = None) -> None:
     # The workers first: forked beside a running read_and_plan thread, a worker can inherit a held
     # import lock and wait on it for ever.
     after = planned_in_workers(dataset, args)
-    rows = {"before": planned_here(dataset, args), "after": after}
+    pool = PayloadPool.sized_for(dataset, args.batch_size, args.workers * 2 + HELD_HERE)  # as the backend's
+    pooled = planned_in_workers(dataset, args, pool)
+    rows = {"before": planned_here(dataset, args), "after": after, "pooled": pooled}
     for source, rebuild in rows.values():  # threads and workers started, pages warm
         for _ in range(args.warmup):
             rebuild(next(source))
@@ -200,20 +209,23 @@ def main(argv: list[str] | None = None) -> None:
     keys = ["parent_ms", "take_ms", "rebuild_ms", "free_ms", "workers_ms", "wall_ms"]
     medians = {row: {k: statistics.median(r[k] for r in got) for k in keys} for row, got in runs.items()}
     ratio = medians["after"]["parent_ms"] / medians["before"]["parent_ms"]
+    pooled_ratio = medians["pooled"]["parent_ms"] / medians["after"]["parent_ms"]
     print(f"\nbatch {args.batch_size}, {args.image_size} px train crops, {args.workers} workers, {len(dataset)} "
           f"records; medians of {args.repeats} runs of {args.batches} batches, ms per batch:")
     print(f"  {'row':6s} {'training process':>16s} {'take':>6s} {'rebuild':>7s} {'free':>6s} {'workers':>8s} {'wall':>6s}")
     for row, m in medians.items():
         print(f"  {row:6s} {m['parent_ms']:16.2f} {m['take_ms']:6.2f} {m['rebuild_ms']:7.2f} {m['free_ms']:6.2f} "
               f"{m['workers_ms']:8.1f} {m['wall_ms']:6.1f}")
-    print(f"  after / before, the training process's CPU: {ratio:.3f}")
+    print(f"  after / before, the training process's CPU: {ratio:.3f}; pooled / after: {pooled_ratio:.3f}")
+    print(f"  pooled: {pool.slots.count} slots of {pool.slots.nbytes / 1e6:.1f} MB; parts {pool.counts}")
     today = datetime.date.today().isoformat()
     out = args.json or BENCH / "results" / f"nvimgcodec-parent-{today}-{commit()}.json"
     out.write_text(json.dumps({
         "args": {k: str(v) for k, v in vars(args).items()}, "date": today, "commit": commit(),
         "torch": torch.__version__, "cores": len(os.sched_getaffinity(0)), "pinned": torch.cuda.is_available(),
         "records": len(dataset), "mean_record_kb": float(np.mean(dataset.index.size)) / 1000,
-        "runs": runs, "medians": medians, "after_over_before": ratio}, indent=1))
+        "runs": runs, "medians": medians, "after_over_before": ratio, "pooled_over_after": pooled_ratio,
+        "pool": {"slots": pool.slots.count, "slot_bytes": pool.slots.nbytes, "parts": pool.counts}}, indent=1))
     print(f"\nwrote {out}")
 
 
