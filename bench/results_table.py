@@ -72,7 +72,16 @@ def _nvimgcodec_parent(data: dict[str, Any]) -> str:
     return (f"the training process's CPU a batch of {data['args']['batch_size']} for the GPU's share: read + plan "
             f"there {before['parent_ms']:.2f} ms, planned parts from {data['args']['workers']} workers "
             f"{after['parent_ms']:.2f} ms ({_x(data['after_over_before'])}; of which freeing their shared memory "
-            f"{after['free_ms']:.2f} ms); the workers' CPU {after['workers_ms']:.1f} ms")
+            f"{after['free_ms']:.2f} ms); the workers' CPU {after['workers_ms']:.1f} ms" + _pooled(data))
+
+
+def _pooled(data: dict[str, Any]) -> str:
+    """The pooled row (payload slots reused), in the runs that have one."""
+    if "pooled" not in data["medians"]:
+        return ""
+    pooled = data["medians"]["pooled"]
+    return (f"; in reused payload slots {pooled['parent_ms']:.2f} ms ({_x(data['pooled_over_after'])} the fresh "
+            f"buffers; freeing {pooled['free_ms']:.2f} ms), the workers' {pooled['workers_ms']:.1f} ms")
 
 
 def _loader_runs(runs: list[dict[str, Any]]) -> str:
