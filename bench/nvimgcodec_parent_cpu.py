@@ -35,7 +35,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -44,6 +43,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from parent_cost import ensure_data
 
 import fastload
 from fastload.backends.decode_split import DecodeSplit
@@ -77,17 +77,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.packed = args.packed or args.images.with_name(args.images.name + ".fl")
     return args
-
-
-def ensure_data(args: argparse.Namespace) -> None:
-    """The photos and their pack, made once and kept for later runs."""
-    if not args.images.exists():
-        subprocess.run([sys.executable, str(BENCH / "make_example.py"), str(args.images), "--count",
-                        str(args.count), "--classes", "20"], check=True)
-    if not (args.packed / "manifest.json").exists():
-        from fastload.converters import pack
-
-        pack(args.images, args.packed)
 
 
 def key_batches(num_records: int, batch_size: int, seed: int = 0) -> Iterator[list[tuple[int, int, int]]]:
