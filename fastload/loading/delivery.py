@@ -81,11 +81,12 @@ class LoaderIterator(_BaseDataLoaderIter):
             died = RuntimeError(f"DataLoader worker exited unexpectedly while handing over a batch "
                                 f"({type(exc).__name__}: {exc or 'connection closed'}); it was killed "
                                 "(out of memory? see dmesg) or crashed")
-            self._stop_workers(died)
-            raise died from exc
+            raise self._stop_workers(died) from exc
         except RuntimeError as exc:
             if self._workers_died_named and str(exc).startswith(_WORKER_DIED):
-                self._stop_workers(exc)
+                said = self._stop_workers(exc)
+                if said is not exc:
+                    raise said from exc
             raise
         waited = time.perf_counter() - started
         skipped = self._skips.popleft()
@@ -108,12 +109,27 @@ class LoaderIterator(_BaseDataLoaderIter):
         self._stats.record(n, nbytes, waited, skipped)
         return batch
 
-    def _stop_workers(self, died: RuntimeError) -> None:
+    def _stop_workers(self, died: RuntimeError) -> RuntimeError:
         """After a worker died: stop the others and take every worker's pid out of torch's SIGCHLD
         handler, as torch's handler does for a loader it reports. Otherwise a later SIGCHLD (a late
         one for this death, another worker killed) raises in the loop's process wherever it then
-        is, the user's own ``except`` block included."""
+        is, the user's own ``except`` block included.
+
+        Returns the error to raise: ``died``, or torch's own report of the death when its SIGCHLD
+        handler raised it while the workers were being stopped (then that is what the loop sees,
+        and what the next ``next()`` repeats), the stopping finished all the same.
+        """
         self._worker_died = died
+        try:
+            self._end_pass()
+        except RuntimeError as late:
+            if not str(late).startswith(_WORKER_DIED):
+                raise
+            self._worker_died = died = late
+            self._end_pass()
+        return died
+
+    def _end_pass(self) -> None:
         loader, inner = self._loader, self.__dict__.get("_inner")
         if inner is not None and loader.__dict__.get("_iterator") is inner:
             loader._iterator = None  # persistent workers: the next pass starts new ones
