@@ -34,6 +34,7 @@ from tests.backends.contract import (
     run,
     same_crops,
 )
+from tests.conftest import flip_payload_byte
 from tests.loading.helpers import ID_RECORDS, UnevenBatches
 
 
@@ -290,13 +291,8 @@ def test_max_pixels_is_enforced_before_decoding(backend, packed):
 def test_a_damaged_record_fails_after_the_batches_before_it(backend, packed, tmp_path):
     """A checksum failure while reading ahead waits for its turn, as in the torch backend."""
     dataset = shutil.copytree(packed["lmdb"], tmp_path / "ids.fl")
-    ds = fastload.PackedDataset(dataset)
     bad = 16
-    payload, shard = ds.record(bad)["data"], ds.manifest.shards[int(ds.index.shard[bad])].file
-    blob = bytearray((dataset / shard).read_bytes())
-    at = blob.find(payload)
-    blob[at + len(payload) // 2] ^= 0x5A
-    (dataset / shard).write_bytes(bytes(blob))
+    flip_payload_byte(dataset, bad)
     loader = make(dataset, backend, shuffle=False)
     delivered = []
     with pytest.raises(CorruptRecordError, match=f"record {bad} "):

@@ -30,7 +30,7 @@ from tests.backends.contract import (
     needs_nvimgcodec,
     run,
 )
-from tests.conftest import REPO
+from tests.conftest import REPO, flip_payload_byte
 from tests.loading.helpers import ID_RECORDS
 
 pytestmark = needs_nvimgcodec
@@ -73,12 +73,8 @@ def test_a_record_no_decoder_takes_fails_the_loop_naming_it(undecodable):
 def test_skip_leaves_out_undecodable_and_damaged_records_and_counts_them(undecodable, tmp_path):
     path, bad = undecodable
     dataset = shutil.copytree(path, tmp_path / "bad.fl")
-    ds = fastload.PackedDataset(dataset)
     damaged = 2  # bytes that fail their checksum, besides ``bad`` whose bytes do not decode
-    payload, shard = ds.record(damaged)["data"], ds.manifest.shards[int(ds.index.shard[damaged])].file
-    blob = bytearray((dataset / shard).read_bytes())
-    blob[blob.find(payload) + len(payload) // 2] ^= 0x5A
-    (dataset / shard).write_bytes(bytes(blob))
+    flip_payload_byte(dataset, damaged)
     skipping = fastload.PackedDataset(dataset, image_size=SIZE, train=False, on_error="skip")
     loader = fastload.DataLoader(skipping, batch_size=3, shuffle=False, backend="nvimgcodec")
     with pytest.warns(UserWarning, match="skipped"):

@@ -23,6 +23,7 @@ from fastload.backends.planned_part import as_batch, as_part, plan_part
 from fastload.backends.worker_parts import Part, PartRouter
 from fastload.errors import CorruptRecordError
 from tests.backends.contract import BATCH, SIZE, make, needs_nvimgcodec, run
+from tests.conftest import flip_payload_byte
 
 DAMAGED = 2  # the record whose bytes damaged_copy makes fail their checksum
 
@@ -30,11 +31,7 @@ DAMAGED = 2  # the record whose bytes damaged_copy makes fail their checksum
 def damaged_copy(path: Path, tmp_path: Path) -> Path:
     """A copy of the dataset at ``path`` in which record DAMAGED's bytes fail their checksum."""
     copy = shutil.copytree(path, tmp_path / "damaged.fl")
-    ds = fastload.PackedDataset(copy)
-    payload, shard = ds.record(DAMAGED)["data"], ds.manifest.shards[int(ds.index.shard[DAMAGED])].file
-    blob = bytearray((copy / shard).read_bytes())
-    blob[blob.find(payload) + len(payload) // 2] ^= 0x5A
-    (copy / shard).write_bytes(bytes(blob))
+    flip_payload_byte(copy, DAMAGED)
     return copy
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import REPO
+from tests.conftest import REPO, flip_payload_byte
 from tests.loading.helpers import write_id_list
 
 ray = pytest.importorskip("ray", reason="the Ray tests need ray[data]: pip install -e '.[ray]'")
@@ -143,11 +143,7 @@ def test_two_ranks_get_the_threads_modes_shares_disjoint_and_complete(cluster: A
 def test_a_damaged_record_raises_in_its_place_or_is_skipped_and_counted(cluster: Any, packed: Path,
                                                                        tmp_path: Path) -> None:
     damaged = shutil.copytree(packed, tmp_path / "damaged.fl")
-    ds = fastload.PackedDataset(damaged)
-    payload, shard = ds.record(BAD)["data"], ds.manifest.shards[int(ds.index.shard[BAD])].file
-    blob = bytearray((damaged / shard).read_bytes())
-    blob[blob.find(payload) + len(payload) // 2] ^= 0x5A
-    (damaged / shard).write_bytes(bytes(blob))
+    flip_payload_byte(damaged, BAD)
 
     raising = fastload.DataLoader(fastload.PackedDataset(damaged, image_size=32), batch_size=4, shuffle=False,
                                   mode="ray", num_workers=1)
@@ -205,7 +201,9 @@ def test_a_pass_given_up_takes_back_its_queued_batches(cluster: Any, packed: Pat
     calls.mkdir()
 
     def gated(sample: Any, generator: Any) -> Any:  # runs on the actor: every sample past the first
-        import os, time, uuid  # batch waits for the gate
+        import os  # batch waits for the gate
+        import time
+        import uuid
 
         (calls / uuid.uuid4().hex).touch()
         while len(os.listdir(calls)) > 2 and not gate.exists():
