@@ -34,8 +34,6 @@ import itertools
 import json
 import os
 import statistics
-import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,7 +41,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from parent_cost import ensure_data
+from parent_cost import TICK_S, commit, ensure_data, thread_ticks
 
 import fastload
 from fastload.backends.decode_split import DecodeSplit
@@ -55,7 +53,6 @@ from fastload.backends.worker_parts import WorkerParts
 from fastload.loading.prefetch import ThreadPrefetcher
 
 BENCH = Path(__file__).resolve().parent
-TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 DEPTH = 2  # the backend's planned batches ahead (nvimgcodec.DEPTH)
 SETTLE_S = 0.5  # between runs: the other row's prefetch thread refills before this row's clock starts
 
@@ -108,21 +105,6 @@ def planned_in_workers(dataset: Any, args: argparse.Namespace, pool: PayloadPool
     return (router.take("gpu") for _ in itertools.repeat(None)), as_batch
 
 
-def thread_ticks() -> dict[str, float]:
-    """CPU seconds of each thread of this process so far, by thread name (the main thread: MainThread)."""
-    names = {t.native_id: t.name for t in threading.enumerate()}
-    out: dict[str, float] = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-            comm = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
-        except OSError:
-            continue  # the thread ended
-        name = "MainThread" if int(tid) == os.getpid() else names.get(int(tid), comm)
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) * TICK_S
-    return out
-
-
 def children_cpu() -> float:
     """CPU seconds so far of this process's live child processes (the worker processes)."""
     total = 0.0
@@ -164,14 +146,6 @@ def run(source: Iterator[Any], rebuild: Any, args: argparse.Namespace) -> dict[s
     return {"parent_ms": 1000 * process / n, **{f"{k}_ms": 1000 * v / n for k, v in steps.items()},
             "threads_ms_from_ticks": threads, "workers_ms": 1000 * children / n,
             "wall_ms": 1000 * wall / n, "records_per_batch": records / n}
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=BENCH, capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> None:
