@@ -11,7 +11,7 @@ is decided by timing, so a sample's pixels may come from either decoder, within 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 STEP = 0.02
@@ -72,15 +72,6 @@ class DecodeSplit:
         """The merger is done with batch ``b``: forget its cut."""
         with self._lock:
             self._cuts.pop(b, None)
-
-    def parts(self, side: str) -> Iterator[list[Any]]:
-        """The non-empty parts of ``side`` ("cpu" or "gpu"), batch after batch."""
-        b = 0
-        while (split := self.cut(b)) is not None:
-            part = split.cpu if side == "cpu" else split.gpu
-            if part:
-                yield part
-            b += 1
 
     def adapt(self, waited_cpu: float, waited_gpu: float) -> None:
         """Move the share for the batches not cut yet (see :func:`next_share`)."""
