@@ -12,6 +12,7 @@ array as "mask": a 2-D uint8/uint16 array is a mask only when the field is named
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -35,6 +36,9 @@ from fastload.format.layout import (
 
 KEY = "__key__"  # a sample's name (the index's ``path``); by default its number, zero-padded
 _INT64 = (-(2**63), 2**63 - 1)
+# the torch dtypes NumPy holds (bfloat16, float8, complex32 and quantized tensors have no NumPy twin)
+_NUMPY_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
+                 "float16", "float32", "float64", "complex64", "complex128")
 
 
 class BadSample(Exception):
@@ -53,7 +57,7 @@ class Checked:
     key: str
     label: int
     values: dict[str, Any]  # index field → value
-    inputs: dict[str, Any]  # "image" and each file field → the value given (arrays copied)
+    inputs: dict[str, Any]  # "image" and each file field → the value given (arrays as given)
 
 
 class Schema:
@@ -87,7 +91,7 @@ class Schema:
         """The sample's key, label and values, checked; BadSample naming the field otherwise."""
         if not isinstance(sample, Mapping):
             raise BadSample(f"is a {type(sample).__name__}, not a dict of fields like {{'image': ..., 'label': 3}}")
-        sample = {name: untensor(value) for name, value in sample.items()}
+        sample = {name: untensor(str(name), value) for name, value in sample.items()}
         key = sample.get(KEY, f"{number:08d}")
         if not isinstance(key, str) or not key or "\x00" in key:
             raise BadSample(f"{KEY} is {key!r}: a sample's key must be non-empty text")
@@ -240,13 +244,14 @@ def _float_elements_problem(value: Any, array: np.ndarray) -> str | None:
 
 
 def _file_input(name: str, dtype: str, value: Any) -> Any:
-    """The input of a file field, checked for its kind; arrays copied (the caller may reuse them)."""
+    """The input of a file field, checked for its kind; an array as given (the Writer copies it once
+    it is bounded: sample_payloads.held)."""
     if isinstance(value, (bytes, PurePath)):
         return value
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
     if isinstance(value, np.ndarray) and dtype != "file":
-        return value.copy()
+        return value
     if is_pil(value) and dtype in ("image", "mask", "mask-rows"):
         return value
     pil = dtype in ("image", "mask", "mask-rows")
@@ -254,12 +259,27 @@ def _file_input(name: str, dtype: str, value: Any) -> Any:
                     f"{', a PIL image or a NumPy array' if pil else ' or a NumPy array' if dtype == 'npy' else ''}")
 
 
-def untensor(value: object) -> object:
-    """A torch tensor as NumPy (the writer's arrays), a 0-d one as its number; anything else as it is."""
-    if type(value).__module__.split(".")[0] == "torch" and hasattr(value, "numpy"):
-        array = value.detach().cpu().numpy()  # type: ignore[attr-defined]
-        return array.item() if array.ndim == 0 else array
-    return value
+def untensor(name: str, value: object) -> object:
+    """A torch tensor as a NumPy array (a 0-d one as its number), anything else as it is; BadSample
+    naming the field for a tensor NumPy cannot hold, told by its dtype, layout and device alone. A
+    broadcast tensor (zero strides) stays a broadcast array: only its distinct values are read, and
+    the field's bounds (converters.sources.sample_payloads) judge it by its shape."""
+    torch = sys.modules.get("torch")  # a tensor's type is defined there: no torch imported, no tensor
+    if torch is None or not isinstance(value, torch.Tensor):
+        return value
+    what = f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    if value.layout != torch.strided:
+        raise BadSample(f"field {name!r} is {what} in {value.layout} layout; give a dense one (tensor.to_dense())")
+    if value.device.type == "meta":
+        raise BadSample(f"field {name!r} is {what} on the meta device: it has a shape but no values")
+    if value.ndim == 0:
+        return value.item()  # a number, whatever its dtype (a bfloat16 score too)
+    if str(value.dtype).removeprefix("torch.") not in _NUMPY_DTYPES:
+        raise BadSample(f"field {name!r} is {what}, a dtype NumPy cannot hold; convert it first "
+                        "(tensor.float(), or tensor.to(torch.uint8) for pixels)")
+    tensor = value.detach()
+    distinct = tensor[tuple(slice(0, 1) if stride == 0 else slice(None) for stride in tensor.stride())]
+    return np.broadcast_to(distinct.cpu().resolve_conj().resolve_neg().numpy(), tuple(tensor.shape))
 
 
 def is_pil(value: object) -> bool:

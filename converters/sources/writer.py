@@ -27,8 +27,9 @@ from fastload.converters.finalize import finalize
 from fastload.converters.packing.options import on_error_spelling
 from fastload.converters.packing.plan import stored_values
 from fastload.converters.packing.report import PackReport, write_error
+from fastload.converters.sources.image_arrays import ImageLayout, check_layout
 from fastload.converters.sources.items import Skip, SourceItem, SourceListing
-from fastload.converters.sources.sample_payloads import Payloads, to_payloads
+from fastload.converters.sources.sample_payloads import Payloads, held, to_payloads
 from fastload.converters.sources.samples import KEY, BadSample, Checked, Schema
 from fastload.converters.writers import WRITERS
 from fastload.converters.writers.behind import WriteBehind, WriteFailed
@@ -65,6 +66,10 @@ class Writer:
         mask_storage: ``"rows"`` (the default): a mask field is stored as its values' rows (type
             "mask-rows": a crop decodes its own rows alone); ``"file"``: as a one-channel PNG (type
             "mask"). An append stores masks as the dataset does.
+        layout: How image arrays and tensors hold their channels, ``"CHW"`` (first, as the loader
+            yields) or ``"HWC"`` (last, as PIL and NumPy give); default None: told by the shape,
+            and an array whose shape cannot tell (3×50×3: both ends 1, 3 or 4) is refused
+            (converters.sources.image_arrays).
     """
 
     def __init__(self, out: str | os.PathLike[str], *, format: StorageKind | None = None, shard_size: str | int = "256MB",
@@ -73,7 +78,7 @@ class Writer:
                  check: Literal["header", "decode"] = "header", workers: int | None = None,
                  max_pixels: int = MAX_PIXELS, max_file_size: str | int = MAX_FILE_SIZE,
                  storage_options: dict[str, Any] | None = None, staging: str | os.PathLike[str] | None = None,
-                 mask_storage: Literal["rows", "file"] | None = None) -> None:
+                 mask_storage: Literal["rows", "file"] | None = None, layout: ImageLayout | None = None) -> None:
         if format is not None and format not in WRITERS:
             raise ValueError(f"format={format!r}: choose one of {', '.join(WRITERS)}")
         on_error = on_error_spelling(on_error)  # type: ignore[assignment]
@@ -83,7 +88,7 @@ class Writer:
             raise ValueError(f"quality={quality}: must be between 1 and 100 (or None: PNG, lossless)")
         if mask_storage not in (*MASK_STORAGES, None):
             raise ValueError(f"mask_storage={mask_storage!r}: choose 'rows' (a crop decodes its rows alone) or 'file'")
-        self.mask_storage = mask_storage or "rows"
+        self.mask_storage, self.layout = mask_storage or "rows", check_layout(layout)
         self.started = time.perf_counter()
         self.storage, self.quality, self.on_error, self.overwrite = format or "lmdb", quality, on_error, overwrite
         self.decode, self.max_pixels = check == "decode", max_pixels
@@ -133,13 +138,14 @@ class Writer:
             checked = self.schema.check(sample, number)
             if checked.key in self.keys:
                 raise BadSample(f"{KEY} {checked.key!r} was given to an earlier sample; keys name one sample each")
+            held(checked, self.file_types, self.layout, max_pixels=self.max_pixels, max_file_size=self.max_file_size)
         except BadSample as exc:
             key = sample.get(KEY, f"{number:08d}") if isinstance(sample, Mapping) else f"{number:08d}"
             return self._bad(number, str(key), exc.reason)
         self.keys.add(checked.key)
-        self.pending.append((checked, self.pool.submit(
+        self.pending.append((checked, self.pool.submit(  # its arrays held: copied as HWC
             to_payloads, checked, self.file_types, self.quality, decode=self.decode,
-            max_pixels=self.max_pixels, max_file_size=self.max_file_size)))
+            max_pixels=self.max_pixels, max_file_size=self.max_file_size, layout="HWC")))
         while len(self.pending) > 4 * self.workers:
             self._commit(*self.pending.popleft())
 

@@ -295,7 +295,7 @@ def test_torch_tensors_and_chw_arrays_are_images_as_the_loader_yields_them(tmp_p
     assert np.array_equal(np.asarray(Image.open(io.BytesIO(fastload.PackedDataset(tmp_path / "chw.fl")
                                                            .record(0)["data"]))), rgb)
     with pytest.raises(SourceError, match=r"field 'image' is a float32 array of shape \(3, 30, 40\); an image "
-                                          r"array is uint8, .* or 1 or 3 x H x W \(CHW\)"):
+                                          r"array is uint8, .* or 1, 3 or 4 channels last \(HWC\) or first \(CHW\)"):
         _write(tmp_path / "f.fl", [{"image": torch.from_numpy(rgb).permute(2, 0, 1).float() / 255}])
 
 
