@@ -1,7 +1,13 @@
 """The ``fastload`` command: a thin argparse front over library calls, one function per subcommand.
 
-    parser.py     the arguments of each subcommand (``build_parser``)
-    commands.py   one function per subcommand: a library call, its output printed
+    parser.py           the arguments of each subcommand (``build_parser``)
+    pack.py             ``pack``: a source packed into a dataset, here or on Ray
+    info.py             ``info``: what a dataset holds and how it was packed
+    show.py             ``show``: one record printed, its image written to a new file
+    verify.py           ``verify``: every record's checksum recomputed
+    measure.py          ``tune``, ``bench``, ``doctor``: loaders measured on this machine
+    terminal.py         untrusted text made harmless to print, counts in words
+    storage_options.py  ``--storage-option`` as the library's ``storage_options``
 """
 
 from __future__ import annotations

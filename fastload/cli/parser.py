@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from fastload.cli.commands import (
-    bench_command,
-    doctor_command,
-    info_command,
-    pack_command,
-    show_command,
-    tune_command,
-    verify_command,
-)
+from fastload.cli.info import info_command
+from fastload.cli.measure import bench_command, doctor_command, tune_command
+from fastload.cli.pack import pack_command
+from fastload.cli.show import show_command
+from fastload.cli.verify import verify_command
 
 SOURCES = ("an image folder (ImageFolder or flat), a CSV/JSONL file list, WebDataset tars (a .tar, .tar.gz, "
            ".tar.xz or .tar.zst, a folder of them, or a quoted brace list 'data-{000..099}.tar'), tables "
