@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from fastload.cli.parser import build_parser
+from fastload.cli.terminal import shown
 from fastload.errors import FastloadError, SourceError
 
 
@@ -38,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("fastload: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
     except (FastloadError, ValueError, OSError) as exc:
-        print(f"fastload: error: {exc}", file=sys.stderr)
+        print(f"fastload: error: {shown(exc)}", file=sys.stderr)  # it may quote a dataset's or a source's names
         return 2
 
 

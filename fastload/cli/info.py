@@ -6,7 +6,7 @@ import argparse
 import json
 
 from fastload.cli.storage_options import storage_options
-from fastload.cli.terminal import free_text, plural
+from fastload.cli.terminal import free_text, plural, shown
 from fastload.config import format_size
 from fastload.format.layout import FILE_TYPES
 
@@ -19,10 +19,11 @@ def info_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
-    # "packed" is free-form JSON: print what it holds, whatever the types
+    # "packed" is free-form JSON: print what it holds, whatever the types; every string the dataset
+    # holds (names, keys, recorded arguments) is printed through shown(), never raw
     packed = info["packed"] if isinstance(info["packed"], dict) else {}
-    print(f"{info['path']}: {plural(info['records'], 'record')}, {format_size(info['payload_bytes'])} of "
-          f"payload in {plural(len(info['shards']), info['storage'] + ' shard')} "
+    print(f"{shown(info['path'])}: {plural(info['records'], 'record')}, {format_size(info['payload_bytes'])} of "
+          f"payload in {plural(len(info['shards']), shown(info['storage']) + ' shard')} "
           f"({format_size(info['disk_bytes'])} {'in the store' if is_remote(info['path']) else 'on disk'})")
     how = (f"re-encode: {free_text(packed.get('reencode'), '') or _copied(packed)}, "
            f"skipped: {free_text(packed.get('skipped'), '0')}")
@@ -46,7 +47,7 @@ def info_command(args: argparse.Namespace) -> int:
     if info["classes"]:
         print(f"  {plural(len(info['classes']), 'class')}:")
         for c in info["classes"]:
-            print(f"    {c['label']:>5}  {c['name']}: {c['records']}")
+            print(f"    {c['label']:>5}  {shown(c['name'])}: {c['records']}")
     elif info["labels"]:
         print(f"  {plural(info['labels'], 'distinct label')} (no class names)")
     if info["unlabeled"]:
@@ -54,12 +55,12 @@ def info_command(args: argparse.Namespace) -> int:
     files = {k: v for k, v in info["fields"].items() if v in FILE_TYPES}
     values = {k: v for k, v in info["fields"].items() if k not in files}
     if values:
-        print("  extra fields: " + ", ".join(f"{k} ({v})" for k, v in values.items()))
+        print("  extra fields: " + ", ".join(f"{shown(k)} ({shown(v)})" for k, v in values.items()))
     if files:
         print("  file fields (a file per record, beside its own): "
-              + ", ".join(f"{k} ({v})" for k, v in files.items()))
+              + ", ".join(f"{shown(k)} ({shown(v)})" for k, v in files.items()))
     for s in info["shards"]:
-        print(f"  {s['file']}: {plural(s['records'], 'record')}, {format_size(s['bytes'])}")
+        print(f"  {shown(s['file'])}: {plural(s['records'], 'record')}, {format_size(s['bytes'])}")
     return 0
 
 
@@ -68,7 +69,7 @@ def _copied(packed: dict) -> str:
     if packed.get("restart_markers"):
         return "none (JPEGs rewritten losslessly, see below; other files copied exactly)"
     encoded = packed.get("encoded")  # the Python writer's and a dataset pack's: pixels given, encoded here
-    if isinstance(encoded, dict) and encoded.get("images"):
+    if isinstance(encoded, dict) and isinstance(encoded.get("images"), int) and encoded["images"]:
         how = (f"JPEG quality {free_text(encoded.get('quality'))}" if encoded.get("format") == "JPEG"
                else f"{free_text(encoded.get('format'))}, lossless")
         return (f"none ({plural(encoded['images'], 'image')} given as pixels encoded to {how}; "

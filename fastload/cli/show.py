@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from fastload.cli.storage_options import storage_options
-from fastload.cli.terminal import plural
+from fastload.cli.terminal import plural, shown
 from fastload.config import format_size
 
 
@@ -18,23 +18,24 @@ def show_command(args: argparse.Namespace) -> int:
     count = len(dataset)
     index = args.index + count if args.index < 0 else args.index
     if not 0 <= index < count:
-        raise ValueError(f"{args.path}: record {args.index} is out of range: the dataset holds "
+        raise ValueError(f"{shown(args.path)}: record {args.index} is out of range: the dataset holds "
                          f"{plural(count, 'record')} (0..{count - 1}, or -1 for the last)")
     record = dataset.record(index)
     data = record.pop("data")
     label, classes = record.pop("label"), dataset.classes
-    name = f" ({classes[label]})" if 0 <= label < len(classes) else " (no label)" if label < 0 else ""
+    name = f" ({shown(classes[label])})" if 0 <= label < len(classes) else " (no label)" if label < 0 else ""
     what = "image" if dataset.manifest.kind == "images" else "file"
-    print(f"{dataset.root} record {index} of {count}:")
-    print(f"  path: {record.pop('path')}")
+    # the dataset's own strings (its key, class and field names, text values) printed escaped
+    print(f"{shown(dataset.root)} record {index} of {count}:")
+    print(f"  path: {shown(record.pop('path'))}")
     print(f"  label: {label}{name}")
     print(f"  {what}: {record.pop('width')}x{record.pop('height')}, {format_size(len(data))}")
     for field, value in record.items():
-        print(f"  {field} ({dataset.manifest.fields.get(field, '?')}): {_value(value)}")
+        print(f"  {shown(field)} ({shown(dataset.manifest.fields.get(field, '?'))}): {_value(value)}")
     out = args.out or f"record-{index}.{_extension(data)}"
     with open(out, "wb") as f:
         f.write(data)
-    print(f"{what} written to {out}")
+    print(f"{what} written to {shown(out)}")
     return 0
 
 
@@ -58,7 +59,7 @@ def _value(value: Any) -> str:
     if isinstance(value, np.ndarray):
         text = np.array2string(value, threshold=24, separator=", ").replace("\n", "")
         return f"{text} ({value.dtype}, shape {tuple(value.shape)})"
-    text = repr(value)
+    text = shown(repr(value))
     return text if len(text) <= 200 else text[:197] + "..."
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from fastload.cli.storage_options import storage_options
-from fastload.cli.terminal import plural
+from fastload.cli.terminal import plural, shown
 
 
 def verify_command(args: argparse.Namespace) -> int:
@@ -14,11 +14,11 @@ def verify_command(args: argparse.Namespace) -> int:
 
     report = verify(args.path, decode=args.decode, storage_options=storage_options(args))
     for problem in report.problems:
-        print(f"BAD {problem}", file=sys.stderr)
+        print(f"BAD {shown(problem)}", file=sys.stderr)
     for bad in report.bad:
-        print(f"BAD {bad}", file=sys.stderr)
+        print(f"BAD {shown(bad)}", file=sys.stderr)
     status = "OK" if report.ok else "FAILED"
-    fields = f" with their file fields ({', '.join(report.file_fields)})" if report.file_fields else ""
+    fields = f" with their file fields ({', '.join(map(shown, report.file_fields))})" if report.file_fields else ""
     print(f"{status}: {report.checked} of {plural(report.num_records, 'record')} checked{fields}"
           f"{' and decoded' if args.decode else ''}, {len(report.bad)} bad, "
           f"{plural(len(report.problems), 'dataset problem')}")
