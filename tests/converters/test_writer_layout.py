@@ -94,12 +94,12 @@ def test_a_dataset_pack_refuses_an_ambiguous_array_naming_its_item(tmp_path):
 
 
 @pytest.mark.parametrize("tensor, problem", [
-    (torch.zeros(4, 4, dtype=torch.bfloat16), r"a torch.bfloat16 tensor of shape \(4, 4\), a dtype NumPy cannot "
-                                              r"hold; convert it first \(tensor.float\(\)"),
-    (torch.zeros(4, 4).to_sparse(), r"a torch.float32 tensor of shape \(4, 4\) in torch.sparse_coo layout; give a "
-                                    r"dense one \(tensor.to_dense\(\)\)"),
-    (torch.zeros(4, 4, device="meta"), r"a torch.float32 tensor of shape \(4, 4\) on the meta device: it has a "
-                                       r"shape but no values"),
+    (torch.zeros(4, 4, dtype=torch.bfloat16), (r"a torch.bfloat16 tensor of shape \(4, 4\), a dtype NumPy cannot "
+                                              r"hold; convert it first \(tensor.float\(\)")),
+    (torch.zeros(4, 4).to_sparse(), (r"a torch.float32 tensor of shape \(4, 4\) in torch.sparse_coo layout; give a "
+                                    r"dense one \(tensor.to_dense\(\)\)")),
+    (torch.zeros(4, 4, device="meta"), (r"a torch.float32 tensor of shape \(4, 4\) on the meta device: it has a "
+                                       r"shape but no values")),
     (torch.zeros((), dtype=torch.float32).expand(30_000, 30_000),
      r"a float32 array of shape \(30000, 30000\) \(3600000000 bytes\), over the 1000000000 limit \(max_file_size\)"),
 ], ids=["bfloat16", "sparse", "meta", "broadcast"])
