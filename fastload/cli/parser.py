@@ -174,7 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", metavar="DATASET", help="packed dataset folder or store URL")
     p.add_argument("index", metavar="INDEX", type=int, help="the record's number (0-based; -1: the last)")
     p.add_argument("-o", "--out", metavar="FILE", default=None,
-                   help="where to write the record's image (default: record-INDEX.<ext> in this folder)")
+                   help="where to write the record's image (default: record-INDEX.<ext> in this folder); "
+                        "never over a file unless --overwrite, through a link, or inside a dataset")
+    p.add_argument("--overwrite", action="store_true", help="replace a file already at that path")
     _add_storage_option(p)
     p.set_defaults(run=show_command)
 

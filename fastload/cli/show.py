@@ -1,10 +1,13 @@
-"""``fastload show``: one record's fields printed, escaped, and its image (or file) written to a new file."""
+"""``fastload show``: one record's fields printed, escaped, and its image (or file) written to a new
+file (cli.output_file: never over a user's file without --overwrite, through a link, or into a dataset)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
+from fastload.cli.output_file import write_output
 from fastload.cli.storage_options import storage_options
 from fastload.cli.terminal import plural, shown
 from fastload.config import format_size
@@ -32,9 +35,9 @@ def show_command(args: argparse.Namespace) -> int:
     print(f"  {what}: {record.pop('width')}x{record.pop('height')}, {format_size(len(data))}")
     for field, value in record.items():
         print(f"  {shown(field)} ({shown(dataset.manifest.fields.get(field, '?'))}): {_value(value)}")
-    out = args.out or f"record-{index}.{_extension(data)}"
-    with open(out, "wb") as f:
-        f.write(data)
+    out = Path(args.out or f"record-{index}.{_extension(data)}")
+    local = dataset.root if isinstance(dataset.root, Path) else None
+    write_output(out, data, overwrite=args.overwrite, dataset=local)  # new, or --overwrite; never in a dataset
     print(f"{what} written to {shown(out)}")
     return 0
 
