@@ -272,14 +272,17 @@ def untensor(name: str, value: object) -> object:
         raise BadSample(f"field {name!r} is {what} in {value.layout} layout; give a dense one (tensor.to_dense())")
     if value.device.type == "meta":
         raise BadSample(f"field {name!r} is {what} on the meta device: it has a shape but no values")
-    if value.ndim == 0:
-        return value.item()  # a number, whatever its dtype (a bfloat16 score too)
-    if str(value.dtype).removeprefix("torch.") not in _NUMPY_DTYPES:
+    if value.ndim > 0 and str(value.dtype).removeprefix("torch.") not in _NUMPY_DTYPES:
         raise BadSample(f"field {name!r} is {what}, a dtype NumPy cannot hold; convert it first "
                         "(tensor.float(), or tensor.to(torch.uint8) for pixels)")
     tensor = value.detach()
-    distinct = tensor[tuple(slice(0, 1) if stride == 0 else slice(None) for stride in tensor.stride())]
-    return np.broadcast_to(distinct.cpu().resolve_conj().resolve_neg().numpy(), tuple(tensor.shape))
+    try:
+        if tensor.ndim == 0:
+            return tensor.item()  # a number, whatever its dtype (a bfloat16 score too)
+        distinct = tensor[tuple(slice(0, 1) if stride == 0 else slice(None) for stride in tensor.stride())]
+        return np.broadcast_to(distinct.cpu().resolve_conj().resolve_neg().numpy(), tuple(tensor.shape))
+    except (RuntimeError, TypeError, ValueError) as exc:  # a kind of tensor not foreseen above
+        raise BadSample(f"field {name!r} is {what} that cannot be read as a NumPy array ({exc})") from None
 
 
 def is_pil(value: object) -> bool:

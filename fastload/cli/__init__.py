@@ -4,6 +4,7 @@
     pack.py             ``pack``: a source packed into a dataset, here or on Ray
     info.py             ``info``: what a dataset holds and how it was packed
     show.py             ``show``: one record printed, its image written to a new file
+    output_file.py      a file written for the user: new, never through a link or into a dataset
     verify.py           ``verify``: every record's checksum recomputed
     measure.py          ``tune``, ``bench``, ``doctor``: loaders measured on this machine
     terminal.py         untrusted text made harmless to print, counts in words
