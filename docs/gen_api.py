@@ -36,14 +36,18 @@ COMMAND = "python docs/gen_api.py"
 WIDTH = 100  # a signature longer than this puts one parameter on each line
 
 _BLOCK = re.compile(r"(<!-- api (?P<spec>.*?) -->\n)(?P<body>.*?)(<!-- /api -->)", re.DOTALL)
-_ROLE = re.compile(r":(?:class|mod|func|meth|attr|data|exc|obj):`~?([^`]+)`")
+_ROLE = re.compile(r":(?:class|mod|func|meth|attr|data|exc|obj):`(~?)([^`]+)`")
+
+
+def _role(match: re.Match[str]) -> str:
+    """``:class:`a.b.C``` as `a.b.C`, and ``:class:`~a.b.C``` as `C` (Sphinx's short form)."""
+    tilde, target = match.groups()
+    return f"`{target.rsplit('.', 1)[-1] if tilde else target}`"
 
 
 def _markdown(text: str) -> str:
-    """Docstring markup as Markdown: ``code`` and :role:`path` become `code`; ``~a.b.C`` is ``C``."""
-    text = _ROLE.sub(lambda m: f"`{m.group(1)}`" if m.group(0).count("~") == 0
-                     else f"`{m.group(1).rsplit('.', 1)[-1]}`", text)
-    return text.replace("``", "`")
+    """Docstring markup as Markdown: ``code`` and :role:`path` become `code`."""
+    return _ROLE.sub(_role, text).replace("``", "`")
 
 
 def _parameters(function: griffe.Function | griffe.Class) -> list[str]:
@@ -99,8 +103,8 @@ def _docstring(obj: griffe.Object) -> list[str]:
             for item in section.value:
                 out += [f"**{kind.capitalize()}:** {_markdown(item.description)}", ""]
         elif kind == "admonition":
-            out += [f"**{section.title or section.value.kind.capitalize()}:** "
-                    f"{_markdown(section.value.description)}", ""]
+            title = section.title or section.value.kind.capitalize()
+            out += [f"**{title}:** {_markdown(section.value.description)}", ""]
         elif kind == "examples":
             for sub_kind, text in section.value:
                 out += _code(text) if sub_kind.value == "examples" else [_markdown(text), ""]

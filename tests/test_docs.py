@@ -140,6 +140,7 @@ def test_no_page_keeps_a_mkdocstrings_directive_and_the_site_needs_mkdocs_alone(
     them without fastload) build it."""
     import configparser
     import tomllib
+
     import yaml  # installed with mkdocs
 
     raw = [f"{page.name}:{k}" for page in DOCS.glob("*.md")
