@@ -31,7 +31,8 @@ def test_the_signatures_the_api_page_writes_out_are_the_codes():
                "fastload.verify": fastload.verify, "fastload.tune": fastload.tune,
                "fastload.describe": fastload.describe, "fastload.DataLoader": fastload.DataLoader,
                "fastload.Writer": fastload.Writer, "fastload.MixedDataset": fastload.MixedDataset}
-    page = (REPO / "docs" / "python-api.md").read_text()
+    # the calls written by hand: the reference blocks are docs/gen_api.py's, from the code itself
+    page = re.sub(r"<!-- api .*?<!-- /api -->", "", (REPO / "docs" / "python-api.md").read_text(), flags=re.DOTALL)
     calls = re.findall(r"`((?:fastload|converters)\.\w+)\(([^`]*?)\)(?: -> \w+)?`", page.replace("\n  ", " "))
     assert len(calls) >= 4
     for name, arguments in calls:

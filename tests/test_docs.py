@@ -1,9 +1,12 @@
-"""The reference docs (mkdocs.yml + docs/) build with warnings as errors, and the API page is
-made from the docstrings in fastload/ and converters/."""
+"""The reference docs (mkdocs.yml + docs/) build with warnings as errors, with mkdocs alone, and
+the API page is plain Markdown made from the docstrings in fastload/ and converters/ by
+docs/gen_api.py: what is checked in is what the script writes from today's docstrings."""
 
 from __future__ import annotations
 
 import ast
+import difflib
+import functools
 import html
 import importlib.util
 import re
@@ -12,16 +15,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, parse_python
 
 DOCS = REPO / "docs"
 
 
+def _need(module: str) -> None:
+    # In the dev extra: without it these tests fail (a missing tool is not a pass).
+    assert importlib.util.find_spec(module) is not None, (
+        f"{module} is not installed; it is a dev dependency: pip install -e '.[dev]' "
+        "(or the docs tools alone: pip install --group docs)")
+
+
 def _mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
-    # mkdocs is in the dev extra: without it this test fails (a missing tool is not a pass).
-    for module in ("mkdocs", "mkdocstrings", "mkdocstrings_handlers.python"):
-        assert importlib.util.find_spec(module) is not None, (
-            f"{module} is not installed; it is a dev dependency: pip install -e '.[dev]'")
+    _need("mkdocs")
     return subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config),
          "--site-dir", str(site)],
@@ -86,9 +95,62 @@ def test_a_page_left_out_of_the_nav_fails_the_build(tmp_path):
     copy = tmp_path / "repo"
     shutil.copytree(DOCS, copy / "docs")
     shutil.copy(REPO / "mkdocs.yml", copy)
-    for package in ("fastload", "converters"):
-        (copy / package).symlink_to(REPO / package)
     (copy / "docs" / "stray.md").write_text("# Stray\n\nA page nobody linked.\n")
     built = _mkdocs_build(copy / "mkdocs.yml", tmp_path / "site")
     assert built.returncode != 0
     assert "stray.md" in built.stdout + built.stderr
+
+
+@functools.cache
+def _generator():
+    _need("griffe")
+    spec = importlib.util.spec_from_file_location("gen_api", DOCS / "gen_api.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_api_page_is_what_gen_api_writes_from_the_docstrings():
+    gen_api, page = _generator(), (DOCS / "python-api.md").read_text()
+    fresh = gen_api.generate(page)
+    stale = list(difflib.unified_diff(page.splitlines(), fresh.splitlines(), "checked in", "from the docstrings",
+                                      lineterm="", n=1))
+    assert not stale, (f"docs/python-api.md is not what the docstrings give: run `{gen_api.COMMAND}` "
+                       "and commit the page:\n" + "\n".join(stale[:40]))
+    blocks = re.findall(r"^<!-- api (.*?) -->$", page, re.MULTILINE)
+    assert len(blocks) >= 15 and len(re.findall(r"^<!-- /api -->$", page, re.MULTILINE)) == len(blocks)
+
+
+def test_gen_api_renders_a_changed_docstring_and_refuses_an_unknown_option(tmp_path):
+    gen_api = _generator()
+    page = "# P\n\n<!-- api fastload.tune = fastload.loading.tuner.tune -->\nold text\n<!-- /api -->\nafter\n"
+    out = gen_api.generate(page)
+    summary = ast.get_docstring(next(node for node in parse_python(REPO / "fastload/loading/tuner.py").body
+                                     if isinstance(node, ast.FunctionDef) and node.name == "tune"))
+    assert "old text" not in out and out.endswith("<!-- /api -->\nafter\n")
+    assert "#### `fastload.tune`\n\n```text\nfastload.tune(" in out
+    assert " ".join(summary.split("\n\n")[0].replace("``", "`").split()) in " ".join(out.split())
+    with pytest.raises(ValueError, match=r"unknown options \['member'\]; use members: or inherited:"):
+        gen_api.generate(page.replace("tuner.tune -->", "tuner.tune; member: x -->"))
+
+
+def test_no_page_keeps_a_mkdocstrings_directive_and_the_site_needs_mkdocs_alone():
+    """A `::: path` line is raw text on the repository's web page; the site's only plugin is
+    mkdocs's own search, so the `docs` tools (the extra, and the dependency group that installs
+    them without fastload) build it."""
+    import configparser
+    import tomllib
+
+    import yaml  # installed with mkdocs
+
+    raw = [f"{page.name}:{k}" for page in DOCS.glob("*.md")
+           for k, line in enumerate(page.read_text().splitlines(), 1) if line.startswith(":::")]
+    assert not raw, f"mkdocstrings directives left in the docs: {raw}"
+    assert yaml.safe_load((REPO / "mkdocs.yml").read_text())["plugins"] == ["search"]
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+    extra = config["options.extras_require"]["docs"].split()
+    group = tomllib.loads((REPO / "pyproject.toml").read_text())["dependency-groups"]["docs"]
+    assert extra == group and any(r.startswith("mkdocs") for r in group)
+    dev = config["options.extras_require"]["dev"].split()
+    assert set(group) <= set(dev)

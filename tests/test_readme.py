@@ -70,6 +70,44 @@ def test_no_install_line_installs_the_unrelated_pypi_fastload():
     assert re.search(rf"^name = {re.escape(DISTRIBUTION)}$", (REPO / "setup.cfg").read_text(), re.MULTILINE)
 
 
+README_MAX_LINES = 150  # a front page: the rest lives in docs/
+
+
+def test_the_readme_stays_a_short_front_page():
+    lines = len((REPO / "README.md").read_text().splitlines())
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines, more than {README_MAX_LINES}: move detail to docs/"
+
+
+def test_the_readme_lists_every_subcommand_the_cli_has():
+    import argparse
+
+    from fastload.cli.parser import build_parser
+
+    parsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    text = (REPO / "README.md").read_text()
+    bullet = re.search(r"^- \[CLI reference\].*?(?=^- |\Z)", text, re.MULTILINE | re.DOTALL).group(0)
+    listed = re.findall(r"`(?:fastload )?([a-z]+)`", bullet)
+    assert sorted(listed) == sorted(parsers.choices), (
+        f"README's CLI list names {listed}; `fastload --help` has {list(parsers.choices)}")
+
+
+def _demo_commands() -> tuple[list[str], str]:
+    """The fastload subcommands `make demo` runs, in order, and the number of images it makes."""
+    makefile = (REPO / "Makefile").read_text()
+    recipe = re.search(r"^demo: .*?\n((?:\t.*\n)+)", makefile, re.MULTILINE).group(1)
+    return re.findall(r"/fastload ([a-z]+)", recipe), re.search(r"--count (\d+)", recipe).group(1)
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
+def test_what_the_page_says_make_demo_does_is_what_the_makefile_runs(page):
+    commands, count = _demo_commands()
+    assert commands[:2] == ["pack", "info"]  # the recipe still reads as this test expects
+    said = re.search(r"^make demo +#(.*)$", (REPO / page).read_text(), re.MULTILINE).group(1)
+    named = re.findall(r"\b(pack|info|show|verify|tune|bench|doctor)\b", said)
+    assert named == commands, f"{page} says `make demo` runs {named}; the Makefile's demo target runs {commands}"
+    assert f"{count}-image" in said, f"{page}: {said!r}; the demo makes {count} images"
+
+
 def test_make_demo_installs_only_what_the_demo_runs():
     makefile = (REPO / "Makefile").read_text()
     demo = re.search(r"^demo: (.*)$", makefile, re.MULTILINE).group(1)

@@ -29,7 +29,7 @@ _TAIL = 64  # bytes searched for the end-of-image marker; padding after it is al
 
 try:
     from fastload.decode._jpeg_region import RegionDecodeError, decode_crop_into, resize_into
-except ImportError:  # built without a compiler or libjpeg's headers: see setup.py
+except ImportError:  # built without a compiler or libjpeg's headers (see setup.py), or libjpeg is gone
     decode_crop_into = resize_into = None  # type: ignore[assignment]
 
 REGION_DECODE = decode_crop_into is not None and region_decode_wanted()
@@ -42,8 +42,8 @@ def jpeg_decoder() -> str:
     if decode_crop_into is not None and not REGION_DECODE:
         return "Pillow, whole images (FASTLOAD_JPEG_DECODER=pillow)"
     if not REGION_DECODE:
-        return ("Pillow, whole images (fastload.decode._jpeg_region is not built: install libjpeg-dev "
-                "and a C compiler, then reinstall fastload)")
+        return ("Pillow, whole images: slower (fastload.decode._jpeg_region did not build or cannot load "
+                "libjpeg: install gcc and libjpeg-dev, then reinstall fastload-torch from its source)")
     from fastload.decode._jpeg_region import LIBJPEG_TURBO_VERSION as v
 
     library = f"libjpeg-turbo {v // 1000000}.{v // 1000 % 1000}.{v % 1000}" if v else "libjpeg"
