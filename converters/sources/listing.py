@@ -101,17 +101,13 @@ def _list_tars(src: object, extensions: tuple[str, ...], on_error: str, options:
     if file_columns or root is not None or allow_outside_root:
         raise SourceError(f"{src}: --file-columns, --root and --allow-outside-root are for CSV/JSONL file lists; "
                           "a tar's members are its samples' fields already: leave them out")
-    if extensions != IMAGE_EXTENSIONS and len(extensions) != 1:
-        raise SourceError(f"{src}: --extensions names the one member that is each sample's image in WebDataset "
-                          f"tars (jpg), not {len(extensions)}")
-    image_ext = extensions[0].lstrip(".") if extensions != IMAGE_EXTENSIONS else None
     if found is None:
         listing = list_tars(src, on_error=on_error, max_file_size=options["max_file_size"],  # type: ignore[arg-type]
-                            image_ext=image_ext, names=sidecar_names)
+                            extensions=extensions, names=sidecar_names)
     else:
         _, folder, objects, others = found
         listing = list_store_tars(str(src), folder, objects, on_error=on_error, max_file_size=options["max_file_size"],
-                                  image_ext=image_ext, names=sidecar_names)
+                                  extensions=extensions, names=sidecar_names)
         listing.ignored.update(others)
     if options["reencode"] and options["reencode"]["max_side"] and listing.file_fields:
         raise SourceError(f"{src}: --max-side would shrink the images but not their file fields "
