@@ -11,7 +11,8 @@ named by its extension (``png``: a mask, ``npy``: an array; ``names`` renames th
 extracted. A source is a ``.tar`` file, a brace list (``data-{000000..000099}.tar``) or a folder of
 ``.tar`` files, on disk or in an object store (converters.sources.store_files); on disk, a tar may
 be compressed (``.tar.gz``, ``.tar.xz``, ``.tar.zst``: streamed, converters.sources.tar_streams).
-Each tar is walked once (converters.sources.tar_walks).
+Each tar is walked once (converters.sources.tar_walks); tars that hold an ImageFolder tree rather
+than samples are read as one (converters.sources.tar_folders).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from fastload.converters.sources.items import (
     escaped,
 )
 from fastload.converters.sources.json_text import BadJson, parse_json
+from fastload.converters.sources.tar_folders import list_tree, reads_as_tree
 from fastload.converters.sources.tar_streams import compression_of
 from fastload.converters.sources.tar_walks import (
     MAX_TEXT_BYTES,
@@ -54,7 +56,7 @@ Groups = list[tuple[str, dict[str, Member]]]
 
 
 def list_tars(src: Path, *, on_error: str, max_file_size: int | None, extensions: tuple[str, ...] = IMAGE_EXTENSIONS,
-              names: dict[str, str] | None = None) -> SourceListing:
+              layout: str = "auto", names: dict[str, str] | None = None) -> SourceListing:
     """Every sample of the tars ``src`` names, in tar and member order (see the module's docstring)."""
     root, paths = tar_paths(src)
     tars = []
@@ -64,21 +66,29 @@ def list_tars(src: Path, *, on_error: str, max_file_size: int | None, extensions
                               lambda path=path: open(path, "rb"), local=True,  # noqa: SIM115 - the walk closes it
                               compression=compression_of(path)))
     return list_tar_objects(src, root, tars, TarMembers(), on_error=on_error, max_file_size=max_file_size,
-                            extensions=extensions, names=names)
+                            extensions=extensions, layout=layout, names=names)
 
 
 def list_tar_objects(src: object, root: object, tars: list[TarObject], reader: MemberReader, *, on_error: str,
-                     max_file_size: int | None, extensions: tuple[str, ...] = IMAGE_EXTENSIONS,
+                     max_file_size: int | None, extensions: tuple[str, ...] = IMAGE_EXTENSIONS, layout: str = "auto",
                      names: dict[str, str] | None = None, walks: int = 1) -> SourceListing:
-    """Every sample of ``tars`` (their headers walked ``walks`` tars at a time), read by ``reader``."""
+    """Every sample of ``tars`` (their headers walked ``walks`` tars at a time), read by ``reader``:
+    WebDataset samples, or an ImageFolder tree (converters.sources.tar_folders)."""
     with ThreadPoolExecutor(walks, thread_name_prefix="fastload-tar-walk") as pool:
         walked = list(pool.map(walk_tar, tars))
-    if extensions != IMAGE_EXTENSIONS and len(extensions) != 1:
-        raise SourceError(f"{src}: --extensions names the one member that is each sample's image in WebDataset "
-                          f"tars (jpg), not {len(extensions)}")
-    image_ext = extensions[0].lstrip(".") if extensions != IMAGE_EXTENSIONS else None
-    listing = _list_samples(src, root, tars, walked, reader, on_error=on_error, max_file_size=max_file_size,
-                            image_ext=image_ext, names=names)
+    if reads_as_tree(src, walked, layout, extensions):
+        if names:
+            raise SourceError(f"{src}: --sidecar-names renames WebDataset members' fields; an ImageFolder tree in "
+                              "tars packs its images alone: leave it out, or pass --layout webdataset")
+        listing = list_tree(src, root, tars, walked, reader, on_error=on_error, max_file_size=max_file_size,
+                            extensions=extensions)
+    else:
+        if extensions != IMAGE_EXTENSIONS and len(extensions) != 1:
+            raise SourceError(f"{src}: --extensions names the one member that is each sample's image in WebDataset "
+                              f"tars (jpg), not {len(extensions)}")
+        image_ext = extensions[0].lstrip(".") if extensions != IMAGE_EXTENSIONS else None
+        listing = _list_samples(src, root, tars, walked, reader, on_error=on_error, max_file_size=max_file_size,
+                                image_ext=image_ext, names=names)
     if isinstance(reader, TarMembers):
         reader.close()  # reopened when the pack reads
     return listing
