@@ -141,6 +141,8 @@ class StreamWalk:
                 self.reads.finish()  # a tar damaged before it was compressed, or a stream damaged too
                 raise
             except NotATar as exc:
+                if self.reads.position == 0:  # zstandard's reader returns a frame cut short as nothing
+                    raise NotATar("decompressed, it holds no bytes: cut short, or empty") from None
                 raise NotATar(f"decompressed, it is no tar ({exc})") from None
             self.reads.finish()
         except BaseException as exc:
