@@ -138,7 +138,10 @@ class StreamWalk:
                     self.last = entry[0]
                     yield entry
             except TarDamaged:
-                self.reads.finish()  # a tar damaged before it was compressed, or a stream damaged too
+                try:  # a tar damaged before it was compressed, or its stream damaged too: its check says which
+                    self.reads.finish()
+                except EOFError:
+                    pass  # the stream ends early as well: the damage found first is the one named
                 raise
             except NotATar as exc:
                 if self.reads.position == 0:  # zstandard's reader returns a frame cut short as nothing

@@ -106,8 +106,9 @@ def walk_tar(tar: TarObject) -> Walked:
         raise SourceError(f"{tar.path}: not a tar file ({exc}); a WebDataset shard is a tar, plain or "
                           "compressed with gzip, xz, bzip2 or zstd") from None
     except StreamCheckFailed as exc:
-        return Walked([], folders, ignored, Damage(tar.name, f"{exc.reason}; none of its {len(members)} members read "
-                                                   "before it is packed", exc.offset, whole=True))
+        return Walked([], folders, ignored, Damage(tar.name, f"{exc.reason}; none of its members is packed "
+                                                            f"({len(members)} read before the check failed)",
+                                                   exc.offset, whole=True))
     except TarDamaged as exc:
         while members and members[-1].offset + members[-1].size > exc.offset:  # its data goes on past the damage
             members.pop()
