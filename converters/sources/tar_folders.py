@@ -4,10 +4,11 @@ record, labelled by its class folder as a folder pack labels it, the class names
 manifest.
 
 ``--layout auto`` tells such a tree from WebDataset samples: no member is a ``.cls`` label, no
-image shares its key with another member, and every image lies in a class folder. Images both in
-class folders and at the top are refused, naming both ways to read them. WebDataset samples whose
-images lie in folders but that carry no label are read as WebDataset, with a warning that says
-their labels are -1 and names ``--layout imagefolder``.
+image shares its key with another member, and every image lies in one of two or more class folders
+(the images of one folder are that folder tarred, not one class). Images both in class folders and
+at the top are refused, naming both ways to read them. WebDataset samples whose images lie in
+class folders but that carry no label are read as WebDataset, with a warning that says their labels
+are -1 and names ``--layout imagefolder``.
 """
 
 from __future__ import annotations
@@ -34,23 +35,24 @@ def reads_as_tree(src: object, walked: Sequence[Walked], layout: str, extensions
     if layout == "imagefolder":
         return True
     labelled = any(m.ext == "cls" for walk in walked for m in walk.members)
-    placed: list[tuple[str, bool]] = []  # each image member's name, and whether it lies in a class folder
+    placed: list[tuple[str, str | None]] = []  # each image member's name, and the class folder it lies in
     for walk in walked:
         top = _root(walk)
-        placed += [(m.name, _class_of(m.name, top) is not None) for m in walk.members if _is_image(m, extensions)]
-    inside = next((name for name, p in placed if p), None)
-    if labelled or inside is None:
+        placed += [(m.name, _class_of(m.name, top)) for m in walk.members if _is_image(m, extensions)]
+    classes = {c for _, c in placed if c is not None}
+    if labelled or len(classes) < 2:  # one folder of images is the folder tarred, not a class
         return False
-    outside = next((name for name, p in placed if not p), None)
+    inside = next(name for name, c in placed if c is not None)
+    outside = next((name for name, c in placed if c is None), None)
     if layout == "auto" and _lone(walked, extensions):
         if outside is None:
             return True
         raise SourceError(f"{src}: holds both images in class folders ({escaped(inside)}, ...) and images outside "
                           f"them ({escaped(outside)}, ...); pass --layout imagefolder (labels from the folders, the "
                           "others left out) or --layout webdataset (every image, no labels)")
-    warnings.warn(f"{src}: its images lie in folders ({escaped(inside)}, ...) and no sample has a .cls label, so "
-                  "it is packed as WebDataset samples with label -1; pass --layout imagefolder to label each image "
-                  "by its class folder", stacklevel=2)
+    warnings.warn(f"{src}: its images lie in {len(classes)} folders ({escaped(inside)}, ...) and no sample has a "
+                  ".cls label, so it is packed as WebDataset samples with label -1; pass --layout imagefolder to "
+                  "label each image by its class folder", stacklevel=2)
     return False
 
 

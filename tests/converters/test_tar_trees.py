@@ -93,16 +93,27 @@ def test_images_both_in_class_folders_and_at_the_top_are_refused_naming_the_ways
         pack(path, tmp_path / "a.fl", progress=False)
     report = pack(path, tmp_path / "b.fl", layout="imagefolder", progress=False)
     assert report.num_records == 2 and fastload.PackedDataset(tmp_path / "b.fl").manifest.classes == ["cat", "dog"]
-    with pytest.warns(UserWarning, match=r"mixed\.tar: its images lie in folders .* with label -1"):
+    with pytest.warns(UserWarning, match=r"mixed\.tar: its images lie in 2 folders .* with label -1"):
         report = pack(path, tmp_path / "c.fl", layout="webdataset", progress=False)
     assert report.num_records == 3
+
+
+def test_a_tarred_folder_of_images_is_that_folder_not_one_class(tmp_path):
+    """``tar cf images.tar images/`` of a flat folder: its images, unlabelled, without a word."""
+    path = tmp_path / "flat.tar"
+    _tar(path, {f"images/{k}.jpg": make_jpeg(16, 12, seed=k) for k in range(3)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = pack(path, tmp_path / "a.fl", progress=False)
+    ds, records = _records(tmp_path / "a.fl")
+    assert report.num_records == 3 and ds.manifest.classes is None and {r["label"] for r in records.values()} == {-1}
 
 
 def test_samples_in_folders_without_labels_say_so_when_packed_unlabelled(tmp_path):
     jpeg = make_jpeg(16, 12)
     path = tmp_path / "captioned.tar"
     _tar(path, {"cat/a.jpg": jpeg, "cat/a.txt": b"a cat", "dog/b.jpg": jpeg, "dog/b.txt": b"a dog"})
-    with pytest.warns(UserWarning, match=r"captioned\.tar: its images lie in folders \(cat/a\.jpg, \.\.\.\) and no "
+    with pytest.warns(UserWarning, match=r"captioned\.tar: its images lie in 2 folders \(cat/a\.jpg, \.\.\.\) and no "
                                          r"sample has a \.cls label, so it is packed as WebDataset samples with "
                                          r"label -1; pass --layout imagefolder"):
         pack(path, tmp_path / "a.fl", progress=False)
