@@ -124,7 +124,7 @@ def reader_spec(listing: SourceListing) -> tuple[Any, ...]:
     a table's image column (its files reopened in the task)."""
     if listing.reader is None:
         return ("files",)
-    if listing.layout == "webdataset":
+    if listing.layout in ("webdataset", "imagefolder"):  # an ImageFolder tree with a reader: one inside tars
         return ("tars",)
     if listing.layout == "table":
         tables = listing.reader.tables  # type: ignore[attr-defined]

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 from fastload.converters.destination.append_held import held_records
+from fastload.converters.destination.append_whole import check_whole
 from fastload.converters.destination.out_dir import PackLock, inspect_out
 from fastload.converters.packing.plan import ShardPlan, plan_digest
 from fastload.converters.packing.report import PackReport, already_packed
@@ -114,6 +115,7 @@ class AppendBase:
         if foreign:
             raise PackError(f"{out}: holds files that are not part of its dataset ({', '.join(foreign[:3])}); "
                             "--append adds only to a folder that holds a fastload dataset alone: move them out")
+        check_whole(out, found.manifest)
         return base
 
     def _left_by_append(self, name: str) -> bool:

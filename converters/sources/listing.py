@@ -38,7 +38,7 @@ def _listing(src: object, src_store: Any, src_path: Path | None, *, layout: Layo
     converters.sources.confine). ``table``: the image/label/field columns of a table source."""
     table = {k: v for k, v in (table or {}).items() if v is not None}
     found = None  # what a store URL names: tars, tables or files (converters.sources.store_files)
-    if src_store is not None and layout in ("auto", "webdataset", "table"):
+    if src_store is not None and layout in ("auto", "webdataset", "table", "imagefolder"):
         from fastload.converters.sources.store_files import store_source
 
         found = store_source(src_store, layout)
@@ -53,7 +53,7 @@ def _listing(src: object, src_store: Any, src_path: Path | None, *, layout: Layo
         raise SourceError(f"{src}: --{next(iter(table)).replace('_', '-')} is for tables (.parquet, .arrow, "
                           ".feather files and Hugging Face datasets), which SRC is not")
     if found is not None and found[0] == "tars":
-        return _list_tars(src, extensions, on_error, options, False, file_columns, root, allow_outside_root,
+        return _list_tars(src, layout, extensions, on_error, options, False, file_columns, root, allow_outside_root,
                           sidecar_names, found)
     if src_store is not None:
         if sidecars or sidecar_names or file_columns or root is not None or allow_outside_root:
@@ -63,9 +63,9 @@ def _listing(src: object, src_store: Any, src_path: Path | None, *, layout: Layo
         return list_store_source(src_store, layout=layout, extensions=extensions, on_error=on_error,
                                  max_file_size=options["max_file_size"], objects=found and found[2])
     assert src_path is not None
-    if layout == "webdataset" or (layout == "auto" and is_tar_source(src_path)):
-        return _list_tars(src_path, extensions, on_error, options, sidecars, file_columns, root, allow_outside_root,
-                          sidecar_names)
+    if layout == "webdataset" or (layout in ("auto", "imagefolder") and is_tar_source(src_path)):
+        return _list_tars(src_path, layout, extensions, on_error, options, sidecars, file_columns, root,
+                          allow_outside_root, sidecar_names)
     listing = list_source(src_path, layout=layout, extensions=extensions, on_error=on_error,
                           max_file_size=options["max_file_size"], root=root, allow_outside_root=allow_outside_root)
     if sidecars:
@@ -89,29 +89,25 @@ def _listing(src: object, src_store: Any, src_path: Path | None, *, layout: Layo
     return listing
 
 
-def _list_tars(src: object, extensions: tuple[str, ...], on_error: str, options: dict[str, Any], sidecars: bool,
-               file_columns: tuple[str, ...], root: object, allow_outside_root: bool,
+def _list_tars(src: object, layout: str, extensions: tuple[str, ...], on_error: str, options: dict[str, Any],
+               sidecars: bool, file_columns: tuple[str, ...], root: object, allow_outside_root: bool,
                sidecar_names: dict[str, str] | None, found: Any = None) -> SourceListing:
-    """WebDataset tars (on disk, or ``found`` in a store): their members are grouped by key already
-    (``--sidecars`` changes nothing); one ``--extensions`` names the image member (jpg) when samples
-    hold several images."""
+    """WebDataset tars, or an ImageFolder tree in tars (on disk, or ``found`` in a store): their
+    members are grouped by key already (``--sidecars`` changes nothing); one ``--extensions`` names
+    the image member (jpg) when samples hold several images, several choose a tree's images."""
     from fastload.converters.sources.store_files import list_store_tars
     from fastload.converters.sources.webdataset import list_tars
 
     if file_columns or root is not None or allow_outside_root:
         raise SourceError(f"{src}: --file-columns, --root and --allow-outside-root are for CSV/JSONL file lists; "
                           "a tar's members are its samples' fields already: leave them out")
-    if extensions != IMAGE_EXTENSIONS and len(extensions) != 1:
-        raise SourceError(f"{src}: --extensions names the one member that is each sample's image in WebDataset "
-                          f"tars (jpg), not {len(extensions)}")
-    image_ext = extensions[0].lstrip(".") if extensions != IMAGE_EXTENSIONS else None
     if found is None:
         listing = list_tars(src, on_error=on_error, max_file_size=options["max_file_size"],  # type: ignore[arg-type]
-                            image_ext=image_ext, names=sidecar_names)
+                            extensions=extensions, layout=layout, names=sidecar_names)
     else:
         _, folder, objects, others = found
         listing = list_store_tars(str(src), folder, objects, on_error=on_error, max_file_size=options["max_file_size"],
-                                  image_ext=image_ext, names=sidecar_names)
+                                  extensions=extensions, layout=layout, names=sidecar_names)
         listing.ignored.update(others)
     if options["reencode"] and options["reencode"]["max_side"] and listing.file_fields:
         raise SourceError(f"{src}: --max-side would shrink the images but not their file fields "

@@ -198,10 +198,11 @@ def _version(etag: str) -> int:
 
 
 def list_store_tars(url: str, folder: RemoteStore, objects: list[Object], *, on_error: str,
-                    max_file_size: int | None, image_ext: str | None = None,
+                    max_file_size: int | None, extensions: tuple[str, ...] = IMAGE_EXTENSIONS, layout: str = "auto",
                     names: dict[str, str] | None = None) -> SourceListing:
     """Every sample of the tars ``objects`` of ``folder`` (see the module's docstring)."""
-    from fastload.converters.sources.webdataset import TarObject, list_tar_objects
+    from fastload.converters.sources.tar_walks import TarObject
+    from fastload.converters.sources.webdataset import list_tar_objects
 
     if not objects:
         raise SourceNotFoundError(f"{url}: no .tar objects under this prefix; check the URL (and the "
@@ -210,7 +211,8 @@ def list_store_tars(url: str, folder: RemoteStore, objects: list[Object], *, on_
                       lambda name=name, size=size: StoreFile(folder, name, size, TAR_BLOCK))
             for name, size, etag in objects]
     return list_tar_objects(url, folder.url, tars, StoreMembers(folder), on_error=on_error,
-                            max_file_size=max_file_size, image_ext=image_ext, names=names, walks=TAR_WALKS)
+                            max_file_size=max_file_size, extensions=extensions, layout=layout, names=names,
+                            walks=TAR_WALKS)
 
 
 def list_store_tables(url: str, folder: RemoteStore, objects: list[Object], *,

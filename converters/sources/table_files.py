@@ -73,6 +73,7 @@ def table_paths(src: Path) -> tuple[Path, list[Path]]:
         missing = [p for p in paths if not p.is_file()]
         if missing:
             raise SourceNotFoundError(f"{missing[0]}: no such file, though {HF_STATE} lists it")
+        _refuse_the_same_file_twice(state, paths)
         return src, paths
     paths = sorted(p for p in src.iterdir() if p.name.lower().endswith(TABLE_SUFFIXES) and p.is_file())
     if not paths:
@@ -98,8 +99,22 @@ def saved_data_files(state: bytes, where: object) -> list[str]:
         if not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in "/\\\0"):
             raise SourceError(f"{where}: _data_files[{k}] names {_short(name if isinstance(entry, dict) else entry)}, "
                               f"not a data file in its folder (a plain file name); {_SAVE_AGAIN}")
+        if name in names:  # save_to_disk lists each file once: its rows would be packed twice
+            raise SourceError(f"{where}: _data_files[{k}] names {name!r} again (as _data_files[{names.index(name)}] "
+                              f"does), so its rows would be packed twice; {_SAVE_AGAIN}")
         names.append(name)
     return names
+
+
+def _refuse_the_same_file_twice(state: Path, paths: list[Path]) -> None:
+    """Two names of one data file (a link to another): its rows would be packed twice."""
+    seen: dict[tuple[int, int], Path] = {}
+    for path in paths:
+        st = path.stat()
+        first = seen.setdefault((st.st_dev, st.st_ino), path)
+        if first is not path:
+            raise SourceError(f"{state}: data files {first.name!r} and {path.name!r} are the same file (a link), so "
+                              f"its rows would be packed twice; {_SAVE_AGAIN}")
 
 
 def _short(value: object) -> str:

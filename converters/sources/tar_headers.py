@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, NamedTuple
 
+from fastload.converters.sources.items import escaped
+
 from fastload.format.files import open_regular
 
 ReadAt = Callable[[int, int], bytes]  # (offset, count) → up to ``count`` bytes of the tar from ``offset``
@@ -43,7 +45,8 @@ system, and GNU tar's and Python's writers make these members a few hundred byte
 
 
 class TarDamaged(Exception):
-    """The tar cannot be read past ``offset``: ``reason`` says why, ``name`` names the member if any."""
+    """The tar cannot be read past ``offset``: ``reason`` says why (naming the byte, and the member
+    the damage is in or comes after), ``name`` names the member the damage is in, if any."""
 
     def __init__(self, offset: int, reason: str, name: str | None = None) -> None:
         super().__init__(reason)
@@ -83,6 +86,7 @@ class TarWalk:
         size, read_at, chunk, adler32 = self.size, self.read_at, self.chunk, zlib.adler32
         buf, base = self.buf, self.base
         pos, long_name, pax = 0, None, None
+        last = None  # the last member given: a damaged header's message says it comes after it
         while True:
             at = pos - base
             if at < 0 or at + BLOCK > len(buf):
@@ -92,7 +96,7 @@ class TarWalk:
             block = buf[at:at + BLOCK]
             if block == _ZEROS:
                 if self.read(pos + BLOCK, BLOCK) != _ZEROS:
-                    raise TarDamaged(pos, f"damaged or truncated after byte {pos} (no end-of-archive blocks)")
+                    raise TarDamaged(pos, f"damaged or truncated after byte {pos}{_after(last)} (no end-of-archive blocks)")
                 return
             field = block[148:156]
             # Adler-32's first sum is 1 + the bytes' sum, mod 65521: exact for 256 bytes (at most 65280)
@@ -103,7 +107,7 @@ class TarWalk:
                 if pos == 0:
                     raise NotATar("a gzip file (.tar.gz)" if block[:2] == b"\x1f\x8b" else "no tar header at its start")
                 reason = "truncated" if len(block) < BLOCK else "a damaged header"
-                raise TarDamaged(pos, f"{reason} at byte {pos} (no end-of-archive blocks after it)")
+                raise TarDamaged(pos, f"{reason} at byte {pos}{_after(last)} (no end-of-archive blocks after it)")
             kind = block[156:157]
             try:
                 length = int(block[124:135], 8) if block[135] == 0 else -1  # 11 digits and a NUL, as tarfile writes
@@ -142,6 +146,7 @@ class TarWalk:
             elif kind != b"g":
                 yield name, start, length, kind
                 long_name, pax = None, None
+                last = name
             pos = start + (length + BLOCK - 1) // BLOCK * BLOCK
 
 
@@ -168,6 +173,10 @@ def walk_stream(f: IO[bytes], size: int) -> TarWalk:
 def tar_entries(data: bytes) -> Iterator[TarEntry]:
     """Each entry of the tar whose bytes are ``data``, in the order written."""
     return (TarEntry(*entry) for entry in TarWalk(lambda offset, count: data[offset:offset + count], len(data)))
+
+
+def _after(last: str | None) -> str:
+    return f", after member {escaped(last)}" if last is not None else ""
 
 
 def _checksum_ok(block: bytes, unsigned: int) -> bool:

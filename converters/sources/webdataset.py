@@ -11,18 +11,15 @@ named by its extension (``png``: a mask, ``npy``: an array; ``names`` renames th
 extracted. A source is a ``.tar`` file, a brace list (``data-{000000..000099}.tar``) or a folder of
 ``.tar`` files, on disk or in an object store (converters.sources.store_files); on disk, a tar may
 be compressed (``.tar.gz``, ``.tar.xz``, ``.tar.zst``: streamed, converters.sources.tar_streams).
+Each tar is walked once (converters.sources.tar_walks); tars that hold an ImageFolder tree rather
+than samples are read as one (converters.sources.tar_folders).
 """
 
 from __future__ import annotations
 
-import re
-from collections import Counter
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import Any
 
 from fastload.converters.sources.file_fields import field_type
 from fastload.converters.sources.file_lists import typed_field
@@ -36,61 +33,30 @@ from fastload.converters.sources.items import (
     escaped,
 )
 from fastload.converters.sources.json_text import BadJson, parse_json
-from fastload.converters.sources.tar_headers import (
-    FOLDER_KIND,
-    REGULAR_KINDS,
-    NotATar,
-    TarDamaged,
-    TarWalk,
-    walk_file,
-    walk_stream,
+from fastload.converters.sources.tar_folders import list_tree, reads_as_tree
+from fastload.converters.sources.tar_streams import compression_of
+from fastload.converters.sources.tar_walks import (
+    MAX_TEXT_BYTES,
+    TEXT_EXTS,
+    Member,
+    TarObject,
+    Walked,
+    report_damage,
+    walk_tar,
 )
-from fastload.converters.sources.tar_streams import StreamWalk, compression_of, open_decompressed
 from fastload.converters.sources.tars import TarMembers, tar_paths
 
 from fastload.errors import SourceError
 from fastload.format.layout import IMAGE_EXTENSIONS, RESERVED_FIELD_NAMES
 
-_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # WebDataset's own rule (webdataset.tariterators)
 _IMAGE_EXTS = tuple(ext.lstrip(".") for ext in IMAGE_EXTENSIONS)
-_TEXT_EXTS = ("cls", "txt", "json")  # read at listing time into the index; the rest are payloads
-_MAX_TEXT_BYTES = 16 * 2**20
 _MAX_LABEL = 2**63 - 1  # labels are stored as int64; -1 is "no label", which a .cls cannot say
 
-
-class _DamagedTar(Exception):
-    def __init__(self, rel: str, reason: str) -> None:
-        super().__init__(reason)
-        self.rel, self.reason = rel, reason
+Groups = list[tuple[str, dict[str, Member]]]
 
 
-@dataclass(frozen=True)
-class TarObject:
-    """One tar: where it is (a path, or an object's URL: what its items name), its name, size and
-    version (mtime, or the store's ETag), what a rewrite cannot keep, and how to open it."""
-
-    path: Path
-    name: str
-    size: int
-    mtime_ns: int
-    stamp: tuple[int, int]
-    open: Callable[[], IO[bytes]]
-    local: bool = False  # a file on this machine: its headers are read with pread (tar_headers.walk_file)
-    compression: str | None = None  # a compressed tar's ("gzip", "zstd", ...): walked as a stream
-
-
-class _Member(NamedTuple):
-    name: str
-    offset: int
-    size: int
-    text: bytes | None  # a text member's bytes (within _MAX_TEXT_BYTES), read with the headers
-
-
-Groups = list[tuple[str, dict[str, _Member]]]
-
-
-def list_tars(src: Path, *, on_error: str, max_file_size: int | None, image_ext: str | None = None,
-              names: dict[str, str] | None = None) -> SourceListing:
+def list_tars(src: Path, *, on_error: str, max_file_size: int | None, extensions: tuple[str, ...] = IMAGE_EXTENSIONS,
+              layout: str = "auto", names: dict[str, str] | None = None) -> SourceListing:
     """Every sample of the tars ``src`` names, in tar and member order (see the module's docstring)."""
     root, paths = tar_paths(src)
     tars = []
@@ -100,34 +66,57 @@ def list_tars(src: Path, *, on_error: str, max_file_size: int | None, image_ext:
                               lambda path=path: open(path, "rb"), local=True,  # noqa: SIM115 - the walk closes it
                               compression=compression_of(path)))
     return list_tar_objects(src, root, tars, TarMembers(), on_error=on_error, max_file_size=max_file_size,
-                            image_ext=image_ext, names=names)
+                            extensions=extensions, layout=layout, names=names)
 
 
 def list_tar_objects(src: object, root: object, tars: list[TarObject], reader: MemberReader, *, on_error: str,
-                     max_file_size: int | None, image_ext: str | None = None, names: dict[str, str] | None = None,
-                     walks: int = 1) -> SourceListing:
-    """Every sample of ``tars`` (their headers walked ``walks`` tars at a time), read by ``reader``."""
+                     max_file_size: int | None, extensions: tuple[str, ...] = IMAGE_EXTENSIONS, layout: str = "auto",
+                     names: dict[str, str] | None = None, walks: int = 1) -> SourceListing:
+    """Every sample of ``tars`` (their headers walked ``walks`` tars at a time), read by ``reader``:
+    WebDataset samples, or an ImageFolder tree (converters.sources.tar_folders)."""
+    with ThreadPoolExecutor(walks, thread_name_prefix="fastload-tar-walk") as pool:
+        walked = list(pool.map(walk_tar, tars))
+    if reads_as_tree(src, walked, layout, extensions):
+        if names:
+            raise SourceError(f"{src}: --sidecar-names renames WebDataset members' fields; an ImageFolder tree in "
+                              "tars packs its images alone: leave it out, or pass --layout webdataset")
+        listing = list_tree(src, root, tars, walked, reader, on_error=on_error, max_file_size=max_file_size,
+                            extensions=extensions)
+    else:
+        if extensions != IMAGE_EXTENSIONS and len(extensions) != 1:
+            raise SourceError(f"{src}: --extensions names the one member that is each sample's image in WebDataset "
+                              f"tars (jpg), not {len(extensions)}")
+        image_ext = extensions[0].lstrip(".") if extensions != IMAGE_EXTENSIONS else None
+        listing = _list_samples(src, root, tars, walked, reader, on_error=on_error, max_file_size=max_file_size,
+                                image_ext=image_ext, names=names)
+    if isinstance(reader, TarMembers):
+        reader.close()  # reopened when the pack reads
+    return listing
+
+
+def _list_samples(src: object, root: object, tars: list[TarObject], walked: list[Walked], reader: MemberReader, *,
+                  on_error: str, max_file_size: int | None, image_ext: str | None,
+                  names: dict[str, str] | None) -> SourceListing:
+    """Every WebDataset sample of the walked ``tars`` (see the module's docstring)."""
     listing = SourceListing(root=root, layout="webdataset", items=[], classes=None, images=True,  # type: ignore[arg-type]
                             reader=reader)
-    groups: list[tuple[TarObject, str, dict[str, _Member]]] = []
+    groups: list[tuple[TarObject, str, dict[str, Member]]] = []
     seen: dict[str, TarObject] = {}
-    with ThreadPoolExecutor(walks, thread_name_prefix="fastload-tar-walk") as pool:
-        for tar, (found, ignored, damage) in zip(tars, pool.map(_walk, tars)):
-            listing.ignored.update(ignored)
-            for key, members in found:
-                if key in seen:
-                    where = "earlier in this tar" if seen[key] == tar else f"in {seen[key].name}"
-                    raise SourceError(f"{tar.path}: key {key!r} appears again ({where}): WebDataset keys name one "
-                                      "sample each; give each sample its own key")
-                seen[key] = tar
-                groups.append((tar, key, members))
-            if damage is not None:  # what came before the damage is kept; the rest cannot be read
-                if on_error != "skip":
-                    raise SourceError(f"{tar.path}: {damage.reason}; re-copy or re-write the tar, or pass "
-                                      "--on-error skip") from None
-                listing.skipped.append(Skip(damage.rel, damage.reason))
+    for tar, walk in zip(tars, walked):
+        listing.ignored.update(walk.ignored)
+        found, lost = _groups(tar, walk)
+        for key, members in found:
+            if key in seen:
+                where = "earlier in this tar" if seen[key] == tar else f"in {seen[key].name}"
+                raise SourceError(f"{tar.path}: key {key!r} appears again ({where}): WebDataset keys name one "
+                                  "sample each; give each sample its own key")
+            seen[key] = tar
+            groups.append((tar, key, members))
+        report_damage(listing, tar, walk.damage, on_error, lost)  # what came before the damage is kept
     if not groups:
-        raise SourceError(f"{src}: no samples in {len(tars)} tar file(s) (members named <key>.<ext>)")
+        raise SourceError(f"{src}: no samples in {len(tars)} tar file(s) (members named <key>.<ext>)" +
+                          (f" (first skipped: {listing.skipped[0].rel}: {listing.skipped[0].reason})"
+                           if listing.skipped else ""))
     image = image_ext or next((e for e in _IMAGE_EXTS if e in groups[0][2]), None)
     if image is None:
         raise SourceError(f"{groups[0][0].path}: sample {groups[0][1]!r} has no image member "
@@ -135,7 +124,7 @@ def list_tar_objects(src: object, root: object, tars: list[TarObject], reader: M
     rename = {ext.lstrip(".").lower(): name for ext, name in (names or {}).items()}
     check_field_names(root, rename.values(), "a name given by --sidecar-names")
     exts = sorted({ext for _, _, members in groups for ext in members} - {image})
-    payloads = [e for e in exts if e not in _TEXT_EXTS]
+    payloads = [e for e in exts if e not in TEXT_EXTS]
     field_names = {ext: rename.get(ext, ext) for ext in exts if ext not in ("cls", "json")}
     taken = (*RESERVED_FIELD_NAMES, *field_names.values())
     rows: list[tuple[str, dict[str, Any]]] = []
@@ -156,65 +145,30 @@ def list_tar_objects(src: object, root: object, tars: list[TarObject], reader: M
         listing.fields[name], listing.field_values[name] = typed_field(root, rows, name)
     for column, ext in enumerate(payloads):
         listing.file_fields[field_names[ext]] = _first_type(listing, column, field_names[ext])
-    if isinstance(reader, TarMembers):
-        reader.close()  # reopened when the pack reads
     return listing
 
 
-def _walk(tar: TarObject) -> tuple[Groups, Counter[str], _DamagedTar | None]:
-    """``(key, {ext: member})`` for each run of members sharing a key, in the tar's order; the members
-    left out, by why; the damage that ended the walk (the groups before it are kept)."""
+def _groups(tar: TarObject, walk: Walked) -> tuple[Groups, str]:
+    """``(key, {ext: member})`` for each run of members sharing a key, in the tar's order; a walk
+    that damage ended loses its last run (its members may go on past the damage), said in the
+    words returned."""
     groups: Groups = []
-    ignored: Counter[str] = Counter()
-    key_now: str | None = None  # the key being grouped, and its members
-    members: dict[str, _Member] = {}
-    try:
-        with _walk_of(tar) as walk:
-            for name, offset, size, kind in walk:
-                if kind not in REGULAR_KINDS:
-                    if kind != FOLDER_KIND:
-                        ignored["(link or device in a tar)"] += 1
-                    continue
-                found = _KEY.match(name)
-                if found is None:
-                    ignored["(tar member without an extension)"] += 1
-                    continue
-                key, ext = found.groups()
-                ext = ext.lower()
-                if key != key_now:
-                    if key_now is not None:
-                        groups.append((key_now, members))
-                    key_now, members = key, {}
-                if ext in members:
-                    raise SourceError(f"{tar.path}: sample {key!r} has two .{ext} members; one sample has one of each")
-                # a text member is read with the headers, from the bytes read with its header
-                text = walk.read(offset, size) if ext in _TEXT_EXTS and size <= _MAX_TEXT_BYTES else None
-                members[ext] = _Member(name, offset, size, text)
-    except NotATar as exc:
-        raise SourceError(f"{tar.path}: not a tar file ({exc}); a WebDataset shard is a tar, plain or "
-                          "compressed with gzip, xz, bzip2 or zstd") from None
-    except TarDamaged as exc:  # the sample being grouped when the damage came is part of what is lost
-        where = f"{tar.name}/{exc.name}" if exc.name else f"{tar.name}@{exc.offset}"
-        return groups, ignored, _DamagedTar(where, f"{exc.reason}; nothing after it can be read")
-    if key_now is not None:
-        groups.append((key_now, members))
-    return groups, ignored, None
+    for member in walk.members:
+        if groups and groups[-1][0] == member.key:
+            if member.ext in groups[-1][1]:
+                raise SourceError(f"{tar.path}: sample {member.key!r} has two .{member.ext} members; one sample has "
+                                  "one of each")
+            groups[-1][1][member.ext] = member
+        else:
+            groups.append((member.key, {member.ext: member}))
+    if walk.damage is None or not groups:
+        return groups, ""
+    key, members = groups.pop()
+    return groups, (f"; sample {escaped(key)!r} before it ({', '.join(escaped(m.name) for m in members.values())}) "
+                    "is left out too, as its members may go on past the damage")
 
 
-@contextmanager
-def _walk_of(tar: TarObject) -> Iterator[TarWalk | StreamWalk]:
-    if tar.compression is not None:
-        with open_decompressed(tar.path, tar.compression) as stream:
-            yield StreamWalk(stream, tar.name)  # type: ignore[misc]
-    elif tar.local:
-        with walk_file(tar.path) as walk:
-            yield walk
-    else:
-        with tar.open() as f:
-            yield walk_stream(f, tar.size)
-
-
-def _sample(tar: TarObject, key: str, members: dict[str, _Member], image: str, exts: list[str],
+def _sample(tar: TarObject, key: str, members: dict[str, Member], image: str, exts: list[str],
             payloads: list[str], field_names: dict[str, str], taken: tuple[str, ...],
             max_file_size: int | None) -> tuple[SourceItem, dict[str, Any]]:
     """One group as an item (its image and file fields located in the tar, its label), its text fields."""
@@ -257,16 +211,16 @@ def _sample(tar: TarObject, key: str, members: dict[str, _Member], image: str, e
     return item, row
 
 
-def _text(member: _Member) -> str:
+def _text(member: Member) -> str:
     if member.text is None:
-        raise SourceError(f"its member {member.name} holds {member.size} bytes, over {_MAX_TEXT_BYTES}")
+        raise SourceError(f"its member {member.name} holds {member.size} bytes, over {MAX_TEXT_BYTES}")
     try:
         return member.text.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         raise SourceError(f"its member {member.name} is not UTF-8 text") from None
 
 
-def _json(member: _Member) -> dict[str, Any]:
+def _json(member: Member) -> dict[str, Any]:
     try:
         value = parse_json(_text(member))
     except BadJson as exc:

@@ -9,7 +9,6 @@ go through fsspec.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal, Protocol
 
@@ -20,24 +19,44 @@ Get = tuple[str, int, int]  # (name under the store's root, start, end): bytes s
 
 MAX_LISTED = 10_000_000
 """Most objects a listing holds: a store (or something posing as one) whose listing never ends
-would otherwise grow memory until the process dies; ten million names take some 2 GB."""
+would otherwise grow memory until the process dies; ten million names take some 2.5 GB."""
+MAX_LISTED_BYTES = 2**30
+"""Most bytes of object names and ETags a listing holds: a key may be 1 KB, and ten million of
+them would take some 12 GB (the endless listing that ended in an allocation abort, rc 134)."""
 
 
 class ListingTooLong(ValueError):
-    """A listing went on past MAX_LISTED objects; the client stopped reading it there."""
+    """A listing went on past MAX_LISTED objects or MAX_LISTED_BYTES; the client stopped reading it there."""
+
+    def __init__(self, past: str) -> None:
+        super().__init__(f"the listing goes on past {past} (stopped there); name a narrower prefix, or the "
+                         "objects themselves (a brace list)")
+
+
+class BoundedListing:
+    """A listing's ``(name, size, etag)`` entries as they are read, refused (ListingTooLong) as soon
+    as they go past MAX_LISTED objects or MAX_LISTED_BYTES of names and ETags."""
 
     def __init__(self) -> None:
-        super().__init__(f"the listing goes on past {MAX_LISTED} objects (stopped there); name a narrower "
-                         "prefix, or the objects themselves (a brace list)")
+        self.entries: list[tuple[str, int, str]] = []
+        self.bytes = 0
+
+    def add(self, name: str, size: int, etag: str) -> None:
+        self.bytes += len(name) + len(etag)
+        if len(self.entries) >= MAX_LISTED:
+            raise ListingTooLong(f"{MAX_LISTED} objects")
+        if self.bytes > MAX_LISTED_BYTES:
+            raise ListingTooLong(f"{MAX_LISTED_BYTES} bytes of names ({len(self.entries)} objects)")
+        self.entries.append((name, size, etag))
 
 
 def bounded_listing(entries: Iterator[tuple[str, int, str]]) -> list[tuple[str, int, str]]:
-    """``entries`` as a list, stopped with ListingTooLong when they go past MAX_LISTED (read lazily,
-    a client's pages are read no further than that)."""
-    out = list(itertools.islice(entries, MAX_LISTED + 1))
-    if len(out) > MAX_LISTED:
-        raise ListingTooLong()
-    return out
+    """``entries`` as a list, stopped with ListingTooLong past the bounds (read lazily: a client's
+    pages are read no further than that)."""
+    listing = BoundedListing()
+    for entry in entries:
+        listing.add(*entry)
+    return listing.entries
 
 
 class Sink(Protocol):

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from fastload.errors import MissingDependencyError
 from fastload.optional import extra_hint
-from fastload.storage.client import Get, Sink, bounded_listing
+from fastload.storage.client import BoundedListing, Get, Sink, bounded_listing
 from fastload.storage.location import SCHEME_PACKAGES, join
 from fastload.storage.ranged_get import get_ranges
 
@@ -75,6 +75,10 @@ class FsspecClient:
 
     def list(self) -> list[tuple[str, int, str]]:
         base = self.path().rstrip("/")
+        if self.scheme in ("s3", "s3a"):  # page by page, stopped at the bounds (s3fs's find reads them all first)
+            from fsspec.asyn import sync
+
+            return sync(self.fs.loop, _list_s3, self.fs, base)  # type: ignore[no-any-return]
         # fsspec's find gathers every page before it returns: the bound is applied to what it found
         found = self.fs.find(base, detail=True).items()
         return bounded_listing((path[len(base):].lstrip("/") if path.startswith(base) else path,
@@ -102,6 +106,23 @@ class FsspecClient:
 
     def delete(self, name: str) -> None:
         self.fs.rm_file(self.path(name))
+
+
+async def _list_s3(fs: Any, base: str) -> list[tuple[str, int, str]]:
+    """Every object under ``base`` (``bucket/prefix``), its ListObjectsV2 pages read one at a time
+    and no further than the listing's bounds (BoundedListing); folder markers (``a/``) left out."""
+    bucket, _, folder = base.partition("/")
+    prefix = folder + "/" if folder else ""
+    listing, token = BoundedListing(), None
+    while True:
+        page = await fs._call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix,
+                                 **({"ContinuationToken": token} if token else {}))
+        for entry in page.get("Contents", []):
+            if not entry["Key"].endswith("/"):
+                listing.add(entry["Key"][len(prefix):], int(entry.get("Size") or 0), str(entry.get("ETag") or ""))
+        token = page.get("NextContinuationToken")
+        if not page.get("IsTruncated") or not token:
+            return listing.entries
 
 
 def _etag(info: dict[str, Any]) -> str:

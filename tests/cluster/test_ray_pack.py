@@ -254,6 +254,20 @@ def test_cli_ray_packs_webdataset_tars_as_a_local_pack(cluster: Cluster, photos:
     assert_same_records(tmp_path / "ray.fl", tmp_path / "local.fl", fields=("path", "n"))
 
 
+def test_cli_ray_packs_a_class_tree_in_a_tar_gz_as_a_local_pack(cluster: Cluster, photos: tuple[Path, Path],
+                                                               tmp_path: Path) -> None:
+    """An ImageFolder tree tarred as it is (issue 44, item 5): labelled by its folders, read by the tasks."""
+    root, local = photos
+    path = tmp_path / "images.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(root, arcname="images")
+    fastload.pack(path, tmp_path / "local.fl")
+    assert main(["pack", str(path), "-o", str(tmp_path / "ray.fl"), "--ray", "--ray-address", cluster.address,
+                 "--shard-size", "20KB", "--quiet"]) == 0
+    assert_same_records(tmp_path / "ray.fl", tmp_path / "local.fl")
+    assert fastload.PackedDataset(tmp_path / "ray.fl").classes == fastload.PackedDataset(local).classes
+
+
 def test_cli_ray_rerun_after_a_failed_driver_reuses_the_parts_written(
         cluster: Cluster, photos: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A ``--ray`` pack that stops before its finalize (here: a bad picture in its last part fails it;

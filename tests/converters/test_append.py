@@ -159,6 +159,27 @@ def test_an_append_to_a_folder_that_is_not_a_dataset_is_refused(tmp_path, what):
     assert os.path.exists(out) == (what != "missing") and not (out / ".pack.lock").exists()
 
 
+@pytest.mark.parametrize("damage", ["deleted", "truncated"])
+def test_an_append_to_a_dataset_with_a_shard_gone_is_refused_naming_it_before_writing(tmp_path, damage):
+    """Issue 44, A9: the append succeeded, making a version whose manifest lists a shard that is not there."""
+    out = tmp_path / "out.fl"
+    write_tree(tmp_path / "a", {f"cat/{k}.jpg": make_jpeg(24, 20, seed=k) for k in range(6)})
+    pack(tmp_path / "a", out, shard_size="2KB", progress=False)
+    shard = fastload.PackedDataset(out).manifest.shards[1].file
+    if damage == "deleted":
+        (out / shard).unlink()
+    else:
+        os.truncate(out / shard, 100)
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    write_tree(tmp_path / "b", {"cat/new.jpg": make_jpeg(24, 20, seed=9)})
+    said = r"cannot be opened \(No such file" if damage == "deleted" else r"holds 100 bytes, its manifest says \d+"
+    with pytest.raises(PackError, match=rf"out.fl/{shard}: the dataset's shard 2 of \d+ {said}"):
+        pack(tmp_path / "b", out, append=True, progress=False)
+    with pytest.raises(PackError, match=rf"out.fl/{shard}: the dataset's shard 2 of"):
+        fastload.Writer(out, append=True)
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+
+
 _KILLED_APPEND = """
 import sys
 from fastload.converters import pack

@@ -47,6 +47,22 @@ def test_a_data_file_that_links_out_of_the_folder_is_refused_as_a_list_path_is(t
         pack(tmp_path / "saved", tmp_path / "out.fl", progress=False)
 
 
+def test_a_data_file_listed_twice_is_refused_naming_it_not_packed_twice(tmp_path):
+    """Issue 44, H4: its rows were packed twice, rc 0."""
+    data = "data-00000-of-00001.arrow"
+    _saved(tmp_path / "saved", [{"filename": data}, {"filename": data}])
+    with pytest.raises(SourceError, match=rf"saved/state.json: _data_files\[1\] names '{data}' again \(as "
+                                          rf"_data_files\[0\] does\), so its rows would be packed twice"):
+        pack(tmp_path / "saved", tmp_path / "a.fl", progress=False)
+    os.symlink(data, tmp_path / "saved" / "again.arrow")  # the same file under another name
+    (tmp_path / "saved" / "state.json").write_text(json.dumps({"_data_files": [{"filename": data},
+                                                                               {"filename": "again.arrow"}]}))
+    with pytest.raises(SourceError, match=rf"saved/state.json: data files '{data}' and 'again.arrow' are the same "
+                                          r"file \(a link\), so its rows would be packed twice"):
+        pack(tmp_path / "saved", tmp_path / "b.fl", progress=False)
+    assert not (tmp_path / "a.fl").exists() and not (tmp_path / "b.fl").exists()
+
+
 @pytest.mark.parametrize("state, reason", [
     ({"_data_files": [{"filename": 7}]}, r"_data_files\[0\] names 7, not a data file"),
     ({"_data_files": []}, r"its _data_files is \[\], not a list of one or more data files"),

@@ -19,6 +19,7 @@ from fastload.config import available_cpus
 from fastload.errors import RemoteAccessDenied, RemoteNotFound, RemoteReadError
 from fastload.storage.remote import RemoteStore
 from fastload.storage.retry import RetryPolicy
+from tests.remote.endless_listing import EndlessListing
 from tests.remote.fault_proxy import FaultProxy
 from tests.remote.s3_server import S3Server
 
@@ -77,6 +78,22 @@ def test_a_listing_past_its_bound_stops_there_naming_the_prefix(store: RemoteSto
     with pytest.raises(RemoteReadError, match=r"folder: ListingTooLong: the listing goes on past 5 objects "
                                               r"\(stopped there\); name a narrower prefix"):
         store.list_objects()
+
+
+def test_an_endless_listing_of_long_names_stops_at_its_bound_in_bytes(client: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 44, O2: a store whose listing never ends, of 1 KB keys, filled memory before ten million
+    objects and the process aborted (rc 134); s3fs's find read every page before the bound was
+    applied. Now the names' bytes are bounded too, and neither client reads pages past the bound."""
+    import fastload.storage.client
+
+    monkeypatch.setattr(fastload.storage.client, "MAX_LISTED_BYTES", 3_000_000, raising=False)  # 3 pages here
+    with EndlessListing(per_page=1000, key_bytes=1000, cap=200) as server:
+        store = RemoteStore("s3://bucket/folder", server.storage_options(), retry=QUICK)
+        with pytest.raises(RemoteReadError, match=r"s3://bucket/folder: ListingTooLong: the listing goes on past "
+                                                  r"3000000 bytes of names \(30\d\d objects\) \(stopped there\)"):
+            store.list_objects()
+        assert server.pages <= 5  # obstore asks for the next page while the last is read
 
 
 def test_the_store_copies_an_object_itself(store: RemoteStore) -> None:
