@@ -1,6 +1,6 @@
 """Cluster packing from SRC, one part in a task: the part's rows (converters.cluster.ray_plan) made
 a listing again, its items' bytes read where they lie, and packed into the part's folder by the
-local pack's own loop (``packing.loop.pack_listing``: read-ahead threads, header check,
+local pack's own loop (``packing.job.pack_listing``: read-ahead threads, header check,
 write-behind, the same finalize), so a record costs a task what it costs a local pack.
 
 The folder is named by a digest of the part's listing (each item's key, file, offset, size, mtime
@@ -35,7 +35,7 @@ from fastload.converters.cluster.task_shards import (
     dataset_skips,
     finished_dataset,
 )
-from fastload.converters.packing.loop import pack_listing
+from fastload.converters.packing.job import pack_listing
 from fastload.converters.packing.options import check_options
 from fastload.converters.sources.items import MemberReader, SourceItem, SourceListing
 

@@ -233,7 +233,7 @@ def _version_facts(version: int, packed: dict[str, Any], records: int, shards: i
 
 
 def pack_append(job: Any, out: Path, allow_duplicates: bool = False) -> PackReport:
-    """Pack ``job`` (converters.packing.loop) as the next version of the dataset at ``out``; the
+    """Pack ``job`` (converters.packing.job) as the next version of the dataset at ``out``; the
     records the dataset holds already are left out and counted (converters.destination.append_held),
     unless ``allow_duplicates``. What will be added is logged before anything is written."""
     with PackLock(out):

@@ -19,7 +19,7 @@ from fastload.format import FIELD_PREFIX, Manifest, load_column, load_strings
 
 
 def held_records(out: Path, manifest: Manifest, job: Any) -> list[int]:
-    """The items of ``job``'s listing (converters.packing.loop) that the dataset at ``out``
+    """The items of ``job``'s listing (converters.packing.job) that the dataset at ``out``
     (``manifest``) holds already, in listing order."""
     listing = job.listing
     listed: dict[str, list[int]] = {}

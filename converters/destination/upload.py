@@ -51,7 +51,7 @@ def default_staging(url: str) -> Path:
 
 def pack_to_store(job: Any, store: RemoteStore, staging: str | os.PathLike[str] | None,
                   overwrite: bool) -> PackReport:
-    """Pack ``job`` (see converters.packing.loop) to the store folder ``store``, staging it locally."""
+    """Pack ``job`` (see converters.packing.job) to the store folder ``store``, staging it locally."""
     objects = _list(store)
     old, _ = _published(store, objects)
     if old is not None and job.same_pack(old):

@@ -43,7 +43,7 @@ from fastload.format.layout import SHARD_NAME
 
 class DatasetPackJob:
     """``pack_into(folder)`` packs ``dataset`` there, resuming an interrupted pack of it (the pack
-    job of converters.packing.loop's ``_pack_local``); used as a context manager, which starts and
+    job of converters.packing.local's ``pack_local``); used as a context manager, which starts and
     stops the worker processes."""
 
     def __init__(self, dataset: Any, options: dict[str, Any], progress: bool | None, overwrite: bool) -> None:

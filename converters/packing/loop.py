@@ -4,48 +4,28 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from fastload.converters.destination.append import AppendBase, pack_append, storage_for_append
-from fastload.converters.destination.out_dir import (
-    OutFolder,
-    PackLock,
-    inspect_out,
-    prepare_out,
-    remove_dataset,
-    staging_path,
-    swap_in,
-)
-from fastload.converters.finalize import finalize
+from fastload.converters.destination.append import pack_append, storage_for_append
 from fastload.converters.packing.dataset_pack import DatasetPackJob
 from fastload.converters.packing.dataset_reads import default_dataset_workers
+from fastload.converters.packing.job import pack_job
+from fastload.converters.packing.local import pack_local
 from fastload.converters.packing.options import (
     check_options,
     check_out_location,
     default_out,
-    digest_on_error,
     on_error_spelling,
 )
-from fastload.converters.packing.packer import Packer
-from fastload.converters.packing.plan import ShardPlan, plan_digest, plan_shards, stored_values
-from fastload.converters.packing.report import PackReport, already_packed, write_error
-from fastload.converters.sources.items import (
-    Layout,
-    Skip,
-    SourceListing,
-    check_field_names,
-    normalize_extensions,
-)
+from fastload.converters.packing.report import PackReport
+from fastload.converters.sources.items import Layout, normalize_extensions
 from fastload.converters.sources.listing import list_to_pack
 from fastload.converters.sources.torch_dataset import is_sequence_source
 
 from fastload.config import MAX_FILE_SIZE, MAX_PIXELS
-from fastload.errors import PackError
-from fastload.format import Manifest, StorageKind
-from fastload.format.layout import IMAGE_EXTENSIONS, stored_file_types
+from fastload.format import StorageKind
+from fastload.format.layout import IMAGE_EXTENSIONS
 from fastload.storage.location import is_remote, local_path
 from fastload.storage.remote import RemoteStore
 
@@ -144,14 +124,14 @@ def pack(src: str | os.PathLike[str] | Any, out: str | os.PathLike[str] | None =
                            allow_outside_root=allow_outside_root, sidecar_names=sidecar_names, table=table)
     if src_path is not None and out_path is not None:
         check_out_location(src_path, listing.root, out_path)
-    job = _job(listing, options, exts, progress, src_store)
+    job = pack_job(listing, options, exts, progress, src_store)
     if out_path is None:
         from fastload.converters.destination.upload import pack_to_store
 
         report = pack_to_store(job, RemoteStore(str(out), storage_options), staging, overwrite)
     else:
         report = (pack_append(job, out_path, allow_duplicates) if append
-                  else _pack_local(job, out_path, overwrite))
+                  else pack_local(job, out_path, overwrite))
     report.elapsed_s = time.perf_counter() - started
     return report
 
@@ -169,150 +149,11 @@ def _pack_object(src: Any, out: str | os.PathLike[str], table: dict[str, Any], s
             raise ValueError("image_column=, label_column=, columns= are for tables; a dataset's items name their fields")
         with DatasetPackJob(src, {**options, "workers": checked["workers"] or default_dataset_workers()},
                             progress, overwrite) as job:
-            report = _pack_local(job, out_path, overwrite)
+            report = pack_local(job, out_path, overwrite)
     else:
         listing = list_to_pack(src, None, None, layout="auto", extensions=IMAGE_EXTENSIONS,
                                on_error=checked["on_error"], options=options, sidecars=False, file_columns=(),
                                table=table)
-        report = _pack_local(_job(listing, options, IMAGE_EXTENSIONS, progress, None), out_path, overwrite)
+        report = pack_local(pack_job(listing, options, IMAGE_EXTENSIONS, progress, None), out_path, overwrite)
     report.elapsed_s = time.perf_counter() - started
     return report
-
-
-def _job(listing: SourceListing, options: dict[str, Any], exts: tuple[str, ...], progress: bool | None,
-         src_store: RemoteStore | None) -> _PackJob:
-    """The shard plan over ``listing``: what a re-run with the same source and options finds again."""
-    # the field's type says how its masks are stored
-    listing.file_fields = stored_file_types(listing.file_fields, options["mask_storage"])
-    # one rule for every source's field names (fastload.format.layout), whatever listed them
-    check_field_names(listing.root, [*listing.fields, *listing.file_fields], "a field of the source")
-    return _PackJob(listing, _plan(listing, options, exts), options, exts, progress, src_store)
-
-
-def _plan(listing: SourceListing, options: dict[str, Any], exts: tuple[str, ...]) -> list[ShardPlan]:
-    """``listing``'s items cut into shards, each named by a digest of what it stores and how."""
-    # Read threads do not change what is written: a resume with other --workers keeps the shards.
-    # How masks are stored shows in file_fields' types, so a pack without masks keeps its digest.
-    content = {k: v for k, v in options.items() if k not in ("workers", "max_file_size", "mask_storage")}
-    content["on_error"] = digest_on_error(content["on_error"])
-    if listing.file_fields:  # names and types: a renamed column is another pack (absent: old digests hold)
-        content["file_fields"] = dict(listing.file_fields)
-    if listing.layout == "table":  # which column the payloads come from
-        content["image_column"] = listing.reader.column
-    # every value the dataset stores is in the digest: "already packed" means all of them unchanged
-    # (a label's class name, a field's type and values; absent: a pack without them keeps its digest)
-    if listing.classes is not None:
-        content["classes"] = list(listing.classes)
-    if listing.fields:
-        content["fields"] = dict(listing.fields)
-    return plan_shards(listing.items, options["shard_size"], {**content, "extensions": exts},
-                       stored_values(listing.fields, listing.field_values, len(listing.items)))
-
-
-@dataclass
-class _PackJob:
-    """What to pack and how: the listing, its shard plan and the checked options."""
-
-    listing: SourceListing
-    plans: list[ShardPlan]
-    options: dict[str, Any]
-    exts: tuple[str, ...]
-    progress: bool | None
-    src_store: RemoteStore | None = None
-    base: AppendBase | None = None  # an append's: the dataset at OUT the records are added to
-
-    def same_pack(self, manifest: Manifest) -> bool:
-        return _same_pack(manifest, self.plans)
-
-    def leave_out(self, indices: list[int]) -> None:
-        """Leave the listing's items ``indices`` out (an append's records the dataset holds already),
-        and plan the shards of what is left."""
-        gone = set(indices)
-        keep = [k for k in range(len(self.listing.items)) if k not in gone]
-        self.listing.items = [self.listing.items[k] for k in keep]
-        self.listing.field_values = {name: [values[k] for k in keep]
-                                     for name, values in self.listing.field_values.items()}
-        self.plans = _plan(self.listing, self.options, self.exts)
-
-    def pack_into(self, out: Path, on_shard: Callable[[Path], None] | None = None) -> PackReport:
-        """Write the shards that are not finished yet, then the index and the manifest, into ``out``;
-        ``on_shard(path)`` is called with each finished shard file (kept ones first)."""
-        shard_records, resumed = self.write_shards(out, on_shard)
-        return self.finish(out, shard_records, resumed)
-
-    def write_shards(self, out: Path, on_shard: Callable[[Path], None] | None = None
-                     ) -> tuple[list[dict[str, Any]], int]:
-        """The shards not finished yet written into ``out``: every shard's record, and how many were kept."""
-        writer = Packer(self.listing.items, out, self.options["storage"], self.options, self.progress,
-                        self.src_store, on_shard, file_types=dict(self.listing.file_fields),
-                        reader=self.listing.reader, images=self.listing.images)
-        return writer.run(self.plans), writer.resumed
-
-    def finish(self, out: Path, shard_records: list[dict[str, Any]], resumed: int) -> PackReport:
-        """The index and the manifest, last, over the shards written into ``out``."""
-        try:
-            report = finalize(out, self.options["storage"], self.listing, shard_records, self.options,
-                              self.exts, plan_digest(self.plans), base=self.base)
-        except OSError as exc:  # the finished shards stay: the same command resumes from them
-            raise PackError(write_error(out, "the index and manifest", exc)) from None
-        report.resumed_shards = resumed
-        return report
-
-
-def pack_listing(listing: SourceListing, options: dict[str, Any], exts: tuple[str, ...], out: Path) -> PackReport:
-    """``listing`` packed into the folder ``out`` by this loop (``options``: ``check_options``'),
-    without OUT's lock or a dataset replaced: a cluster task's part, whose folder is its own. Shards
-    a killed run finished there are kept. Every record skipped: no dataset, a report of 0 records
-    and the skips."""
-    job = _job(listing, options, exts, False, None)
-    shard_records, resumed = job.write_shards(out)
-    if not any(r["items"] for r in shard_records):
-        skipped = [*listing.skipped, *(Skip(rel, reason) for r in shard_records for rel, reason in r["skips"])]
-        return PackReport(out=out, storage=options["storage"], skipped=len(skipped), skipped_files=skipped)
-    return job.finish(out, shard_records, resumed)
-
-
-def _pack_local(job: _PackJob | DatasetPackJob, out_path: Path, overwrite: bool) -> PackReport:
-    folder = _check_replaceable(inspect_out(out_path), job, overwrite)
-    if folder.state == "dataset" and folder.manifest is not None and job.same_pack(folder.manifest):
-        return already_packed(out_path, folder.manifest)  # only read: OUT may be read-only media
-    if folder.state == "new":
-        prepare_out(out_path)
-    with PackLock(out_path) as out_lock:
-        folder = _check_replaceable(inspect_out(out_path), job, overwrite)  # again, under the lock
-        if folder.state == "dataset" and folder.manifest is not None and job.same_pack(folder.manifest):
-            return already_packed(out_path, folder.manifest)
-        if folder.state != "dataset":
-            report = job.pack_into(out_path)
-        else:
-            staging = staging_path(out_path)
-            staged = inspect_out(staging)
-            if staged.state == "dataset" and staged.manifest is not None:
-                remove_dataset(staging, staged.manifest)  # a replacement killed before its swap
-            prepare_out(staging)
-            with PackLock(staging) as new_lock:
-                report = job.pack_into(staging)
-                swap_in(staging, out_path)
-                new_lock.path, out_lock.path = out_lock.path, new_lock.path  # each went with its folder
-            remove_dataset(staging, folder.manifest)  # the old dataset, now at the staging name
-    report.moved_to(out_path)
-    return report
-
-
-def _check_replaceable(folder: OutFolder, job: _PackJob | DatasetPackJob, overwrite: bool) -> OutFolder:
-    """A finished dataset at OUT is replaced only with ``overwrite`` and when it holds nothing else."""
-    if folder.state != "dataset" or folder.manifest is None or job.same_pack(folder.manifest):
-        return folder
-    if not overwrite:
-        raise PackError(f"{folder.path}: already holds a finished dataset (packed from "
-                        f"{folder.manifest.packed.get('source', '?')}); pass --overwrite to replace it")
-    if folder.foreign:
-        raise PackError(f"{folder.path}: holds files that are not part of its dataset "
-                        f"({', '.join(folder.foreign[:3])}{', ...' if len(folder.foreign) > 3 else ''}); "
-                        "--overwrite replaces only a folder that holds a fastload dataset alone: "
-                        "move them out or choose another -o")
-    return folder
-
-
-def _same_pack(manifest: Manifest, plans: list[ShardPlan]) -> bool:
-    return manifest.packed.get("plan") == plan_digest(plans)
