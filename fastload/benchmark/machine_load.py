@@ -48,11 +48,19 @@ class MachineLoad:
     def busy(self) -> bool:
         return self.others_cores + self.steal_cores >= BUSY_SHARE * self.cores
 
-    def __str__(self) -> str:
+    def others(self) -> str:
+        """``other processes used 1.2 of the 2 cores this ran on (60%)``, and the steal if any."""
         stolen = f", {self.steal_cores / self.cores:.0%} stolen by the hypervisor" if self.steal_cores >= 0.005 else ""
-        text = (f"machine load: other processes used {self.others_cores:.1f} of the {self.cores} cores this "
-                f"ran on ({self.others_cores / self.cores:.0%}){stolen} during the {self.seconds:.0f} s "
-                f"measured; load average {self.load_average:.1f} on {self.machine_cores} cores")
+        return (f"other processes used {self.others_cores:.1f} of the {self.cores} cores this ran on "
+                f"({self.others_cores / self.cores:.0%}){stolen}")
+
+    def __str__(self) -> str:
+        return f"machine load: {self.text()}"
+
+    def text(self) -> str:
+        """What else ran, the load average, and whether that makes the machine busy."""
+        text = (f"{self.others()} during the {self.seconds:.0f} s measured; load average "
+                f"{self.load_average:.1f} on {self.machine_cores} cores")
         if self.busy:
             text += ": a busy machine, so the numbers move from run to run; rerun on a quiet machine"
         return text

@@ -92,7 +92,7 @@ def diagnose(e: Evidence) -> Verdict:
                        predicted, wait, doubt=_busy(e))
     label = (f"I/O-bound (object store, {e.store_bound}-bound)" if group == "io" and e.store_bound
              else explain.label(group, worst.name))
-    doubt = explain.doubt(e, capacities, predicted, DOUBT_MARGIN) or _busy(e)
+    doubt = "; ".join(d for d in (explain.doubt(e, capacities, predicted, DOUBT_MARGIN), _busy(e)) if d) or None
     stages_close = _stages_too_close(e, group, worst, decode_led)
     if stages_close:
         return Verdict(group, f"{_BOUND[group]}, too noisy to name the stage", None,  # type: ignore[arg-type]
