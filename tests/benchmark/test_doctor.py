@@ -85,7 +85,7 @@ def test_doctor_on_a_packed_dataset_times_the_fastload_stages(photos):
 
 
 def test_doctor_takes_a_packed_dataset_object_and_refuses_other_datasets(photos):
-    report = doctor(PackedDataset(photos("hdf5"), image_size=32), **QUICK)
+    report = doctor(PackedDataset(photos("hdf5"), image_size=32, train=True), **QUICK)
     assert report.runs[0].name == "doctor: fastload hdf5" and report.verdict is not None
     import torch
 

@@ -23,7 +23,7 @@ ARGUMENTS = ("num_workers", "prefetch_factor", "pin_memory")
 
 def test_settings_are_frozen_with_a_reason_for_each_argument(id_packed, monkeypatch):
     monkeypatch.setenv("FASTLOAD_CPUS", "2")  # the cores of this machine and CI, whatever runs it
-    loader = fastload.DataLoader(fastload.PackedDataset(id_packed("lmdb"), image_size=32), batch_size=8)
+    loader = fastload.DataLoader(fastload.PackedDataset(id_packed("lmdb"), image_size=32, train=True), batch_size=8)
     settings = loader.settings
     assert isinstance(settings, LoaderSettings)
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -44,9 +44,9 @@ def test_above_two_cores_the_pipeline_decodes_in_worker_processes(id_packed, mon
     machine): from 3 cores up, one worker process per core, with the same batches as threads."""
     path = id_packed("lmdb")
     monkeypatch.setenv("FASTLOAD_CPUS", "2")
-    threads = fastload.DataLoader(fastload.PackedDataset(path, image_size=32), batch_size=8, seed=3)
+    threads = fastload.DataLoader(fastload.PackedDataset(path, image_size=32, train=True), batch_size=8, seed=3)
     monkeypatch.setenv("FASTLOAD_CPUS", str(cores))
-    loader = fastload.DataLoader(fastload.PackedDataset(path, image_size=32), batch_size=8, seed=3)
+    loader = fastload.DataLoader(fastload.PackedDataset(path, image_size=32, train=True), batch_size=8, seed=3)
     settings = loader.settings
     assert (settings.mode, settings.num_workers, settings.prefetch_factor) == ("processes", cores, 2)
     assert "GIL" in settings.reasons["num_workers"] and f"({cores})" in settings.reasons["num_workers"]
@@ -80,7 +80,7 @@ def test_explicit_values_are_kept():
 
 @no_cuda
 def test_pin_memory_is_off_without_cuda(id_packed):
-    for dataset in (Numbers(), fastload.PackedDataset(id_packed("lmdb"), image_size=32)):
+    for dataset in (Numbers(), fastload.PackedDataset(id_packed("lmdb"), image_size=32, train=True)):
         for device in (None, "cpu"):
             settings = fastload.DataLoader(dataset, batch_size=4, device=device).settings
             assert settings.pin_memory is False
@@ -140,7 +140,7 @@ def test_auto_never_calls_the_dataset_in_the_parent():
 
 def test_auto_is_the_same_on_every_construction(id_packed):
     for dataset in (Numbers(), RandomNumbers(), Stream(), torch.utils.data.TensorDataset(torch.arange(8)),
-                    fastload.PackedDataset(id_packed("lmdb"), image_size=32)):
+                    fastload.PackedDataset(id_packed("lmdb"), image_size=32, train=True)):
         seen = {str(fastload.DataLoader(dataset, batch_size=4).settings) for _ in range(20)}
         assert len(seen) == 1, seen
 
@@ -170,7 +170,7 @@ def test_auto_defaults_leave_the_random_streams_alone():
 @no_cuda
 def test_cuda_without_cuda_warns_once_and_delivers_on_cpu(id_packed, monkeypatch):
     monkeypatch.setattr(fastload.loading.transfer, "_warned_no_cuda", False)
-    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32)
+    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32, train=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         loader = fastload.DataLoader(ds, batch_size=8, device="cuda")
@@ -215,7 +215,7 @@ STATS_KEYS = {"samples", "batches", "seconds", "samples_per_s", "mb_per_s", "wai
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_stats_count_what_was_delivered(id_packed, num_workers):
-    ds = fastload.PackedDataset(id_packed("hdf5"), image_size=32)
+    ds = fastload.PackedDataset(id_packed("hdf5"), image_size=32, train=True)
     loader = fastload.DataLoader(ds, batch_size=8, shuffle=True, num_workers=num_workers)
     assert loader.stats()["samples"] == 0 and loader.stats()["samples_per_s"] == 0
     for _ in range(2):
@@ -281,7 +281,7 @@ def test_tune_returns_settings_with_the_measured_grid(id_packed, monkeypatch):
 def test_tunes_grid_keeps_the_decode_threads_where_auto_is_processes(id_packed):
     from fastload.loading.tuner import default_candidates
 
-    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32)
+    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32, train=True)
     threads = {"mode": "threads", "num_workers": 0}
     assert threads not in default_candidates(ds, 2)  # auto is the threads there
     grid = default_candidates(ds, 16)
@@ -295,7 +295,7 @@ def test_every_mode_can_be_asked_for_and_survives_a_rebuild_from_attributes(id_p
     attributes, gets the same mode: threads with num_workers=0 is no longer main."""
     from .test_rebuild import rebuild_like_lightning
 
-    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32)
+    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32, train=True)
     loader = fastload.DataLoader(ds, batch_size=4, mode=mode, num_workers=2 if mode == "processes" else 0)
     rebuilt = rebuild_like_lightning(loader, loader.sampler)
     assert loader.settings.mode == rebuilt.settings.mode == mode
@@ -304,7 +304,7 @@ def test_every_mode_can_be_asked_for_and_survives_a_rebuild_from_attributes(id_p
 
 
 def test_num_workers_0_alone_keeps_torchs_meaning_and_contradictions_are_refused(id_packed):
-    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32)
+    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=32, train=True)
     assert fastload.DataLoader(ds, num_workers=0).settings.mode == "main"
     with pytest.raises(ValueError, match="mode='threads' decodes in this process: num_workers must be 0"):
         fastload.DataLoader(ds, mode="threads", num_workers=2)
@@ -382,7 +382,7 @@ def test_tune_runs_the_step_after_each_batch(id_packed):
 
 def test_a_timeout_makes_auto_choose_worker_processes(id_packed):
     # torch times out only worker processes (it refuses timeout > 0 with num_workers=0).
-    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=16)
+    ds = fastload.PackedDataset(id_packed("lmdb"), image_size=16, train=True)
     loader = fastload.DataLoader(ds, batch_size=4, timeout=60)
     assert loader.settings.mode == "processes" and loader.num_workers >= 1
     assert "timeout=60" in loader.settings.reasons["num_workers"]
