@@ -127,7 +127,9 @@ def test_a_model_without_torchvision_or_with_a_wrong_name_fails_clearly(cli, pho
     result = cli("doctor", photos("lmdb"), *CLI_QUICK[:-2], "--model", "resnet50")
     assert result.rc == 2
     assert "--model resnet50 (a torchvision model as the training step) needs the torchvision package" in result.err
-    assert "pip install torchvision" in result.err
+    from fastload.benchmark.torchvision_install import torchvision_install
+
+    assert f"install it: {torchvision_install(torch.__version__)} (" in result.err  # the one made for this torch
 
 
 def test_one_training_step_at_a_time():
