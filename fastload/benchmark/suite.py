@@ -46,7 +46,7 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
           dali: bool = True, include: Collection[RunKind] = ("baseline", "raw", "fastload"),
           fastload_variants: Sequence[dict[str, Any]] = (), only: Collection[str] | None = None,
           temp_pack: int = 2000, work: str | os.PathLike[str] | None = None,
-          stage_budget: float = 0.5, measure_ceilings: bool = True, repeats: int = 1,
+          stage_budget: float = 0.5, measure_ceilings: bool = True, repeats: int = 3,
           progress: bool | None = None, storage_options: dict[str, Any] | None = None,
           model: str | None = None, step: StepFn | None = None) -> BenchReport:
     """Every contender on the same records, side by side; see :mod:`fastload.benchmark`.

@@ -240,8 +240,8 @@ def _ceilings(c: dict[str, Any]) -> str:
 
 
 def _stages(report: BenchReport) -> str:
-    lines = ["stages alone, ms per sample on one thread: the median of 5 timing rounds (fastest–slowest); "
-             "×N: how many run at once in this loader"]
+    lines = [("stages alone, ms per sample on one thread: the median of 5 timing rounds (fastest–slowest); "
+              "×N: how many run at once in this loader")]
     width = max(len(s.name) for s in report.stages)
     for s in report.stages:
         note = f"  ({s.note})" if s.note else ""

@@ -66,7 +66,9 @@ def test_bench_folder_and_both_packs_table_json_plot_and_verdict(cli, photos, tm
 
     doc = json.loads(out_json.read_text())
     assert validate(doc) == []
-    assert doc["command"] == "bench" and doc["verdict"]["bottleneck"] in ("io", "cpu")
+    # None: the stage groups' timing rounds overlapped (a busy machine); the text then says so
+    assert doc["command"] == "bench" and doc["verdict"]["bottleneck"] in ("io", "cpu", None)
+    assert (doc["verdict"]["bottleneck"] is None) == ("verdict: too noisy to name the bottleneck" in result.out)
     assert doc["verdict"]["loader"] == "fastload lmdb" and doc["config"]["repeats"] == 2
     assert doc["config"]["packed"] == [str(photos("lmdb")), str(photos("hdf5"))]
     assert all(r["status"] == "ok" and r["samples"] >= 16 for r in doc["runs"])  # 8+ in each of 2 runs
@@ -282,3 +284,11 @@ def test_the_stages_help_says_the_section_appears_only_with_it():
     bench = build_parser()._subparsers._group_actions[0].choices["bench"]
     stages = next(a for a in bench._actions if a.dest == "stages")
     assert "always given" not in stages.help and "the verdict drawn from them is printed either way" in stages.help
+
+
+def test_the_progress_line_fits_one_row_of_the_terminal(capsys, monkeypatch):
+    from fastload.benchmark.monitor import Progress
+
+    monkeypatch.setenv("COLUMNS", "60")
+    Progress(True).note("x" * 300)
+    assert capsys.readouterr().err == "\r\033[K" + "x" * 59

@@ -17,7 +17,7 @@ from fastload.benchmark.training import TrainStep, measure_headspace, named_step
 from fastload.benchmark.verdict import Evidence, diagnose
 from tests.benchmark.test_cli_bench import flat, header, table_rows
 
-QUICK = {"batch_size": 4, "image_size": 32, "duration": 0.3, "samples": 8, "stage_budget": 0.1,
+QUICK = {"batch_size": 4, "image_size": 32, "duration": 0.3, "samples": 8, "stage_budget": 0.1, "repeats": 1,
          "progress": False}
 CLI_QUICK = ["--batch-size", "4", "--image-size", "32", "--duration", "0.3", "--samples", "8", "--repeats", "1"]
 BOUNDS = ("the model bounds training", "the loader bounds training")

@@ -12,8 +12,8 @@ from fastload.benchmark.torchvision_install import torchvision_hint, torchvision
 @pytest.mark.parametrize(("torch_version", "command"), [
     ("2.13.0+cpu", "pip install torchvision==0.28.0 torch==2.13.0+cpu --index-url https://download.pytorch.org/whl/cpu"),
     ("2.13.0", "pip install torchvision==0.28.0 torch==2.13.0"),  # PyPI's build: PyPI's torchvision
-    ("2.12.1+cu126", "pip install torchvision==0.27.1 torch==2.12.1+cu126 "
-                     "--index-url https://download.pytorch.org/whl/cu126"),
+    ("2.12.1+cu126", ("pip install torchvision==0.27.1 torch==2.12.1+cu126 "
+                      "--index-url https://download.pytorch.org/whl/cu126")),
     ("2.99.0", "pip install torchvision torch==2.99.0"),  # a release not in the table: pip finds its pair
 ])
 def test_the_command_pins_torch_as_installed(torch_version, command):

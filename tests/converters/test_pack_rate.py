@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from fastload.converters.packing.report import PackReport, progress_bar
 
 
