@@ -171,7 +171,8 @@ def test_bad_bounds_fail_clearly(cli, photos):
     assert result.rc == 2 and "samples=0: must be at least 1" in result.err
 
 
-def test_tune_prints_the_settings_and_the_grid(cli, photos):
+def test_tune_prints_the_settings_and_the_grid(cli, photos, monkeypatch):
+    monkeypatch.setenv("FASTLOAD_CPUS", "1")  # a grid of 4 candidates, each run 3 times
     result = cli("tune", photos("lmdb"), "--batch-size", "4", "--image-size", "32", "--batches", "1")
     assert result.rc == 0, result.err
     assert result.out.startswith("LoaderSettings(mode=") and "\n  tune: " in result.out

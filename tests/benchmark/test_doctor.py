@@ -9,7 +9,7 @@ import pytest
 from fastload.benchmark import ImageFolderBaseline, doctor, validate
 from fastload.dataset import PackedDataset
 
-QUICK = {"batch_size": 4, "duration": 0.5, "samples": 12, "stage_budget": 0.1, "progress": False}
+QUICK = {"batch_size": 4, "duration": 0.5, "samples": 12, "stage_budget": 0.1, "progress": False, "repeats": 1}
 
 
 class SlowRead(ImageFolderBaseline):
