@@ -11,9 +11,11 @@ measured, never about speed.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -26,21 +28,25 @@ from fastload.dataset import PackedDataset
 QUICK = {"batch_size": 4, "image_size": 32, "duration": 300.0, "samples": 8, "stage_budget": 0.1,
          "progress": False, "repeats": 2}
 
+pytestmark = pytest.mark.skipif(not Path("/proc/stat").exists() or shutil.which("timeout") is None,
+                                reason="the machine's load is read from /proc (Linux); the hog needs timeout(1)")
+
 
 @pytest.fixture(scope="module")
 def hog() -> Iterator[list[int]]:
-    """One ``yes > /dev/null`` per core this process may use, for the module's tests."""
+    """One ``yes > /dev/null`` per core this process may use, for the module's tests; each under
+    ``timeout 600``, so that a test run killed outright does not leave it spinning."""
     pids: list[int] = []
     try:
         for _ in range(available_cpus()):
-            shown = subprocess.run(["sh", "-c", "yes > /dev/null 2>&1 & echo $!"], capture_output=True,
+            shown = subprocess.run(["sh", "-c", "timeout 600 yes > /dev/null 2>&1 & echo $!"], capture_output=True,
                                    text=True, check=True, timeout=30)
             pids.append(int(shown.stdout))
         yield pids
     finally:
-        for pid in pids:
+        for pid in pids:  # timeout passes SIGTERM on to its yes, then exits
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
 
