@@ -6,12 +6,22 @@ DEMO := demo
 
 .PHONY: demo demo-next test test-quick test-all venv clean
 
+# torch's CPU build on every machine, GPU or not: PyPI's Linux torch is a CUDA build (several GB of
+# CUDA libraries), the CPU build is 2.13.0+cpu on PyTorch's CPU index (macOS: PyPI's torch is the CPU one).
+TORCH := $(if $(filter Darwin,$(shell uname -s)),torch==2.13.0,torch==2.13.0+cpu)
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+PYTHON_CHECK := import sys; sys.exit(None if sys.version_info >= (3, 11) else \
+	"fastload needs Python 3.11 or newer; $(PYTHON) is %d.%d: run make PYTHON=python3.11 (or newer)" % sys.version_info[:2])
+
 # One venv; the demo installs only what it runs (the plot extra), the tests the dev extra.
 $(VENV)/.installed-%: setup.cfg setup.py pyproject.toml fastload/decode/*.c fastload/decode/*.h
+	@$(PYTHON) -c '$(PYTHON_CHECK)'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# The pinned CPU torch first: an unpinned one would pull several GB of CUDA packages.
-	$(PY) -m pip install --quiet torch==2.13.0
+	# The pinned CPU torch first (an unpinned one would pull several GB of CUDA packages): a wheel pip
+	# finds already (a local cache in its find-links) when there is one, else from PyTorch's CPU index.
+	$(PY) -m pip install --quiet "$(TORCH)" 2>/dev/null || \
+		$(PY) -m pip install --quiet "$(TORCH)" --extra-index-url $(TORCH_CPU_INDEX)
 	$(PY) -m pip install --quiet -e ".[$*]"
 	touch $@
 

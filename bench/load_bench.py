@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.one_row:
         alone = bench(args.images, packed, batch_size=args.batch_size, duration=args.duration,
                       torch_grid=grid, fastload_variants=variants, only={args.one_row}, dali=False,
-                      measure_ceilings=False, progress=False)
+                      measure_ceilings=False, progress=False, repeats=1)
         print(json.dumps(alone.to_dict()))
         return 0
     print(f"tune() on {args.packed_lmdb} ...", file=sys.stderr)
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     if tuned is not None:
         variants.append(tuned)
         tuned_row = "fastload lmdb, " + " ".join(f"{k}={v}" for k, v in tuned.items())
-    common = {"batch_size": args.batch_size, "dali": not args.no_dali, "progress": None}
+    common = {"batch_size": args.batch_size, "dali": not args.no_dali, "progress": None, "repeats": 1}
     # Ceilings in every repeat (the pipeline targets pair each repeat's rows with its own);
     # medians() keeps the first report's for the table.
     warm = [bench(args.images, packed, duration=args.duration, torch_grid=grid,

@@ -37,7 +37,10 @@ class PackedDataset(SampleReading, torch.utils.data.Dataset):
             that repeat across workers and resumes use ``sample_transform``.
         target_transform: applied to the label.
         image_size: turns on the built-in image pipeline: samples are ``uint8`` ``3×H×W`` tensors.
-        train: built-in pipeline mode: RandomResizedCrop + flip (True) or resize + centre crop (False).
+        train: with ``image_size``, which pipeline, said every time: ``True``, RandomResizedCrop +
+            flip (a new random crop each epoch: training); ``False``, resize + centre crop (the same
+            every time: validation and test sets). Left out with ``image_size``, it is an error:
+            a validation set that got training's random crops would go unnoticed.
         scale, ratio: RandomResizedCrop's area and aspect-ratio ranges.
         resize_ratio: eval crop side over resized shorter side (224/256 = 0.875).
         decode_threads: threads decoding a batch in ``__getitems__``; None: every core in the main
@@ -95,7 +98,7 @@ class PackedDataset(SampleReading, torch.utils.data.Dataset):
 
     def __init__(self, path: str | os.PathLike[str], transform: Callable[[Any], Any] | None = None,
                  target_transform: Callable[[int], Any] | None = None, *,
-                 image_size: int | tuple[int, int] | None = None, train: bool = True,
+                 image_size: int | tuple[int, int] | None = None, train: bool | None = None,
                  scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
                  resize_ratio: float = 0.875, decode_threads: int | None = None,
                  on_error: Literal["raise", "skip"] = "raise",
@@ -107,6 +110,11 @@ class PackedDataset(SampleReading, torch.utils.data.Dataset):
                  fields: Iterable[str] | None = None, pad_fields: Mapping[str, float] | None = None,
                  boxes: str | None = None, box_fields: Sequence[str] = (),
                  sample_as: Literal["dict", "tuple"] = "dict") -> None:
+        if image_size is not None and train is None:
+            raise ValueError(f"PackedDataset({os.fspath(path)!r}, image_size={image_size!r}): say which pipeline, "
+                             "train=True (a random crop and flip of each image, new every epoch: for training) "
+                             "or train=False (resize and centre crop, the same every time: for validation and "
+                             "test sets)")
         fields = None if fields is None else field_names(fields)  # read once: a generator too
         check_options(on_error=on_error, transform=transform, target_transform=target_transform,
                       image_size=image_size, sample_transform=sample_transform, decode=decode,
@@ -122,7 +130,7 @@ class PackedDataset(SampleReading, torch.utils.data.Dataset):
                       if self.location.store is not None else None)
         self.transform = transform
         self.target_transform = target_transform
-        self.pipeline = (ImagePipeline(image_size, train, scale, ratio, resize_ratio)
+        self.pipeline = (ImagePipeline(image_size, bool(train), scale, ratio, resize_ratio)
                          if image_size is not None else None)
         self.sample_transform = sample_transform
         self.decode = decode

@@ -35,12 +35,13 @@ def extra_hint(extra: str) -> str:
     return f"pip install -e '.[{extra}]' in fastload's clone (the {DISTRIBUTION} distribution)"
 
 
-def require(module: str, purpose: str) -> ModuleType:
-    """Import ``module`` or raise MissingDependencyError saying what to ``pip install`` for ``purpose``."""
+def require(module: str, purpose: str, install: str | None = None) -> ModuleType:
+    """Import ``module`` or raise MissingDependencyError saying what to ``pip install`` for ``purpose``
+    (``install``: the command to give instead of ``pip install PACKAGE``)."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:
         package, extra = PACKAGES.get(module, (module.split(".")[0], ""))
-        hint = f"pip install {package}" + (f" (or {extra_hint(extra)})" if extra else "")
+        hint = install or f"pip install {package}" + (f" (or {extra_hint(extra)})" if extra else "")
         raise MissingDependencyError(f"{purpose} needs the {package} package, which is not importable "
                                      f"here ({exc}); install it: {hint}") from exc

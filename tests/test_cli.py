@@ -497,7 +497,7 @@ def test_info_names_what_was_packed_and_each_version(cli, tmp_path):
     assert lines[3].startswith("    v2 ") and lines[3].endswith(f": 2 records from {tmp_path / 'more'}")
     with fastload.Writer(tmp_path / "w.fl") as writer:  # pixels given: encoded here, as PNG
         writer.write({"image": make_jpeg(16, 16, seed=1), "label": 0})
-        writer.write({"image": fastload.PackedDataset(tmp_path / "t.fl", image_size=8)[0][0], "label": 1})
+        writer.write({"image": fastload.PackedDataset(tmp_path / "t.fl", image_size=8, train=True)[0][0], "label": 1})
     info = cli("info", tmp_path / "w.fl").out
     assert "re-encode: none (1 image given as pixels encoded to PNG, lossless; bytes given stored exactly)" in info
 

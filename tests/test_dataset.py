@@ -125,7 +125,7 @@ def test_a_dataset_of_other_files_yields_their_bytes(tmp_path):
     assert ds.manifest.kind == "files" and ds.record(0)["width"] == -1
     assert ds[0] == (b"plain bytes", -1)
     with pytest.raises(ValueError, match="not all images"):
-        PackedDataset(tmp_path / "out", image_size=32)
+        PackedDataset(tmp_path / "out", image_size=32, train=True)
 
 
 # --- DataLoader workers -------------------------------------------------------------------------------
@@ -194,3 +194,18 @@ def test_a_relative_path_still_reads_after_the_working_directory_changes(packed,
     monkeypatch.chdir(tmp_path)
     assert ds.record(0)["data"] == files[ds.record(0)["path"]]
     assert ds.root == dataset
+
+
+def test_the_built_in_pipeline_asks_which_it_is_for(packed):
+    """Issue 47 item 4: ``image_size=`` without ``train=`` gave a validation set training's random
+    crops and flips, silently. Now it asks; each answer gives what it names."""
+    packed, _ = packed("lmdb")
+    with pytest.raises(ValueError) as raised:
+        PackedDataset(packed, image_size=16)
+    message = str(raised.value)
+    assert message.startswith(f"PackedDataset({str(packed)!r}, image_size=16): say which pipeline, train=True (")
+    assert "random crop and flip" in message and "train=False (resize and centre crop, the same every time" in message
+    evaluation = PackedDataset(packed, image_size=16, train=False)
+    assert torch.equal(evaluation[0][0], evaluation[0][0])  # the same crop every time
+    assert PackedDataset(packed, image_size=16, train=True).pipeline.train
+    assert PackedDataset(packed)[0][0].mode == "RGB"  # without image_size there is nothing to choose

@@ -96,7 +96,7 @@ def check_dataset(dataset: Any, backend: str, *, skip_ok: bool) -> None:
     """Refuse a dataset whose samples the ``backend`` tail would not make as the torch backend does."""
     from fastload.dataset import PackedDataset
 
-    hint = ("use fastload.PackedDataset(path, image_size=...) (the built-in pipeline) "
+    hint = ("use fastload.PackedDataset(path, image_size=..., train=...) (the built-in pipeline) "
             "or backend='torch'")
     if not isinstance(dataset, PackedDataset):
         raise ValueError(f"backend={backend!r}: the dataset is a {type(dataset).__name__}, which this "

@@ -9,10 +9,14 @@
                     headspace: the step alone on a batch already on the device
     runs.py         timed runs: warm-up, bounded time, data wait, Ctrl-C keeps results
     repeats.py      a row's interleaved repeats → median, range, ratios paired repeat by repeat
+    spread.py       the one rule for repeated measurements: ranges that overlap are no difference
+    machine_load.py what else ran on our cores meanwhile (a busy machine makes numbers noisy)
     monitor.py      the progress line on stderr, peak memory of a run and its workers
     stages.py       each stage alone: read, decode, transform, collate
     ceilings.py     what the machine can do: decode per core × cores, memory copy, disk, host→GPU
-    verdict.py      measurements → bottleneck + advice (a pure function)
+    verdict.py      measurements → bottleneck, or "too noisy to say" (a pure function):
+                    evidence.py its inputs, capacity.py the stage model, explain.py its
+                    words, advice.py what to change
     report.py       the report structure and its JSON schema; text.py table; plot.py PNG
     judge.py        the loader under test (loader_under_test.py) run, its stages and the
                     machine's ceilings measured → the verdict

@@ -16,7 +16,12 @@ import numpy as np
 import torch
 
 from fastload.benchmark.stages import (
-    READS_IN_FLIGHT, Probe, drop_cache, make_cold, on_decode_thread, per_call,
+    READS_IN_FLIGHT,
+    Probe,
+    drop_cache,
+    make_cold,
+    on_decode_thread,
+    per_call,
 )
 from fastload.decode.crops import REGION_DECODE, decode_crop
 from fastload.decode.images import decode_rgb

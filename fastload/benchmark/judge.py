@@ -13,6 +13,7 @@ from fastload.benchmark.ceilings import ceilings
 from fastload.benchmark.far import StoreObjects, StoreSpeed, objects_store_speed, packed_store_speed
 from fastload.benchmark.inputs import Inputs
 from fastload.benchmark.loader_under_test import loader_spec, packed_dataset, sequential
+from fastload.benchmark.machine_load import LoadWatch
 from fastload.benchmark.monitor import Progress
 from fastload.benchmark.report import BenchReport
 from fastload.benchmark.runs import Limits, ModelStep, RunResult, run_all
@@ -26,8 +27,9 @@ def diagnose_into(report: BenchReport, inputs: Inputs, batch_size: int, image_si
                   duration: float, samples: int | None, cold: bool, model_step: ModelStep,
                   num_workers: int | None, budget: float, shown: Progress,
                   dataset: torch.utils.data.Dataset | None = None, show_stages: bool = True,
-                  headspace: Headspace | None = None) -> None:
-    """Run SRC's loader with the model step, then each stage alone; add the verdict to ``report``."""
+                  headspace: Headspace | None = None, repeats: int = 1, watch: LoadWatch | None = None) -> None:
+    """Run SRC's loader with the model step (``repeats`` times), then each stage alone; add the
+    verdict to ``report``."""
     cores = available_cpus()
     if dataset is None:
         dataset = (inputs.baseline if inputs.src_kind == "folder" else
@@ -38,7 +40,7 @@ def diagnose_into(report: BenchReport, inputs: Inputs, batch_size: int, image_si
             make_cold(probe, range(len(probe)))
         spec.prepare = prepare
     runs, interrupted = run_all([spec], Limits(duration, samples, one_epoch=cold),
-                                model_step=model_step, progress=shown, keep_loaders=True)
+                                model_step=model_step, progress=shown, keep_loaders=True, repeats=repeats)
     run = runs[0]
     report.runs.append(run)
     report.interrupted |= interrupted
@@ -46,15 +48,17 @@ def diagnose_into(report: BenchReport, inputs: Inputs, batch_size: int, image_si
         return
     loader, run.loader = run.loader, None
     judge(report, inputs, probe, loader, run, batch_size, image_size, cold, model_step, budget, shown,
-          show_stages, headspace)
+          show_stages, headspace, watch)
 
 
 def judge(report: BenchReport, inputs: Inputs, probe: Probe, loader: Any, run: RunResult,
           batch_size: int, image_size: int, cold: bool, model_step: ModelStep, budget: float,
-          shown: Progress, show_stages: bool, headspace: Headspace | None = None) -> None:
+          shown: Progress, show_stages: bool, headspace: Headspace | None = None,
+          watch: LoadWatch | None = None) -> None:
     """Each stage of ``loader`` alone and the machine's ceilings → the verdict about ``run``'s
     loader (its stages stay in the report when ``show_stages``); with a model step, ``run`` ran
-    under it, and ``headspace`` (when measured) is what the step takes alone."""
+    under it, and ``headspace`` (when measured) is what the step takes alone. ``watch``: the
+    machine's load since the measuring began (a busy machine makes the verdict a hint)."""
     cores = available_cpus()
     parallel = _parallelism(loader, cores)
     pinned = bool(getattr(loader, "pin_memory", False))
@@ -77,6 +81,7 @@ def judge(report: BenchReport, inputs: Inputs, probe: Probe, loader: Any, run: R
         stages.append(Stage("transfer", "transfer", 3 * image_size**2 / (rate * 1e6)))
     if show_stages:
         report.stages = stages
+    report.load = watch.stop() if watch is not None else None
     verdict = diagnose(Evidence(
         stages, cores, batch_size, "packed" if isinstance(probe, PackedProbe) else "folder",
         loader_rate=run.samples_per_s or None,
@@ -89,7 +94,8 @@ def judge(report: BenchReport, inputs: Inputs, probe: Probe, loader: Any, run: R
         store_bound=store.bound if store else None, store_latency_s=store.latency_s if store else None,
         store_mb_s=store.mb_s if store else None, cached=_cached(probe),
         dataset_bytes=_dataset_bytes(probe), cache_limit=_cache_limit(probe), cuda=torch.cuda.is_available(),
-        nvimgcodec_installed=torch.cuda.is_available() and _importable("nvidia.nvimgcodec")))
+        nvimgcodec_installed=torch.cuda.is_available() and _importable("nvidia.nvimgcodec"),
+        machine_busy=report.load is not None and report.load.busy))
     report.verdict = replace(verdict, loader=run.name.removeprefix("doctor: "))
 
 

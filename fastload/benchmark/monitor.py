@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -86,6 +87,7 @@ class Progress:
             sys.stderr.flush()
 
     def _write(self, text: str) -> None:
-        if self.enabled:
-            sys.stderr.write("\r\033[K" + text[:150])
+        if self.enabled:  # one row of the terminal: a longer line wraps, and "\r" rewrites only its last row
+            width = shutil.get_terminal_size((100, 24)).columns - 1
+            sys.stderr.write("\r\033[K" + text[:width])
             sys.stderr.flush()

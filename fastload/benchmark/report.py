@@ -43,14 +43,23 @@ and :func:`validate` checks a document against it. Rates are per second of timed
   null unless ``cold`` with a packed dataset), ``h2d_pinned_mb_s``, ``h2d_pageable_mb_s`` (null
   without CUDA).
 - ``stages`` (doctor, or bench with ``--stages``; else empty): ``name``, ``kind`` (``io``, ``cpu``,
-  ``transfer``), ``seconds_per_sample`` on one thread, ``samples_per_s``, ``parallel`` (at once in
-  the diagnosed loader), ``note``.
-- ``verdict`` (null without stages): ``bottleneck`` (``io``, ``cpu``, ``transfer``, ``model``),
-  ``label``, ``stage``, ``reason``, ``advice`` (list), ``capacities`` (stage group → samples/s it
-  allows), ``predicted_rate``, ``wait_fraction``.
+  ``transfer``), ``seconds_per_sample`` on one thread (the median of its timing rounds),
+  ``samples_per_s``, ``parallel`` (at once in the diagnosed loader), ``note``; ``low`` and
+  ``high`` (added later in /1): its fastest and slowest round (null: timed once).
+- ``verdict`` (null without stages): ``bottleneck`` (``io``, ``cpu``, ``transfer``, ``model``;
+  null when the timings' spread was too wide to name one: ``label`` and ``reason`` say so),
+  ``label``, ``stage`` (null also when its group is clear but its stages too close to tell apart),
+  ``reason``, ``advice`` (list), ``capacities`` (stage group → samples/s it allows),
+  ``predicted_rate``, ``wait_fraction``.
 - ``verdict.loader``: the row whose loader the verdict is about (added later in /1).
 - ``verdict.doubt`` (optional, added later in /1): why the verdict is only a hint (a stage timed
   alone allows less than the loader delivered), or null.
+- ``load`` (optional, added later in /1; null where /proc cannot be read): the machine's load
+  while it measured (:class:`~fastload.benchmark.machine_load.MachineLoad`): ``cores`` watched,
+  ``seconds``, ``others_cores``, ``steal_cores`` and ``own_cores`` (cores' worth of CPU used by
+  other processes, stolen by the hypervisor, used by this process and its workers),
+  ``load_average`` (1 minute) on ``machine_cores``, and ``busy`` (others took at least a quarter
+  of the cores: the numbers move from run to run).
 - ``skipped`` (optional): ``path`` (below the image folder) and ``reason`` of each file left out
   of every row because it cannot be decoded.
 - ``notes``: what the reader should know (skipped files, temporary pack, mismatched record
@@ -68,6 +77,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from fastload.benchmark.machine_load import MachineLoad
 from fastload.benchmark.repeats import paired_ratio
 from fastload.benchmark.result import RunResult
 from fastload.benchmark.stages import Stage
@@ -114,9 +124,10 @@ SCHEMA: dict[str, Any] = _obj({
                  "required": ["decode_per_core", "cores", "decode_ceiling", "memcpy_mb_s"]},
     "stages": {"type": "array", "items": _obj({
         "name": _STR, "kind": {"enum": ["io", "cpu", "transfer"]}, "seconds_per_sample": _NUM,
-        "samples_per_s": _NUM_OR_NULL, "parallel": _INT, "note": _STR_OR_NULL})},
+        "samples_per_s": _NUM_OR_NULL, "parallel": _INT, "note": _STR_OR_NULL},
+        optional={"low": _NUM_OR_NULL, "high": _NUM_OR_NULL})},
     "verdict": {"type": ["object", "null"], "required": ["bottleneck", "label", "reason", "advice"],
-                "properties": {"bottleneck": {"enum": ["io", "cpu", "transfer", "model"]},
+                "properties": {"bottleneck": {"enum": ["io", "cpu", "transfer", "model", None]},
                                "label": _STR, "stage": _STR_OR_NULL, "reason": _STR,
                                "advice": {"type": "array", "items": _STR},
                                "capacities": {"type": "object", "additionalProperties": _NUM},
@@ -125,6 +136,11 @@ SCHEMA: dict[str, Any] = _obj({
                 "additionalProperties": False},
     "notes": {"type": "array", "items": _STR},
 }, optional={"skipped": {"type": "array", "items": _obj({"path": _STR, "reason": _STR})},
+             "load": {"type": ["object", "null"], "required": ["cores", "seconds", "others_cores", "busy"],
+                      "properties": {"cores": _INT, "seconds": _NUM, "others_cores": _NUM, "steal_cores": _NUM,
+                                     "own_cores": _NUM, "load_average": _NUM, "machine_cores": _INT,
+                                     "busy": {"type": "boolean"}},
+                      "additionalProperties": False},
              "headspace": {"type": ["object", "null"], "required": ["step", "samples_per_s", "step_ms"],
                            "properties": {"step": _STR, "device": _STR, "samples_per_s": _NUM,
                                           "step_ms": _NUM, "steps": _INT},
@@ -204,6 +220,7 @@ class BenchReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason): left out of every row
     reference: dict[str, str | None] = field(default_factory=lambda: {"pipeline": None, "raw": None})
     headspace: Headspace | None = None  # the model step alone, on batches already on its device
+    load: MachineLoad | None = None  # what else ran on the cores while it measured
     machine: dict[str, Any] = field(default_factory=machine)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
@@ -232,6 +249,8 @@ class BenchReport:
             "verdict": self.verdict.as_dict() if self.verdict else None, "notes": self.notes}
         if self.headspace is not None:
             doc["headspace"] = self.headspace.as_dict()
+        if self.load is not None:
+            doc["load"] = self.load.as_dict()
         if self.skipped:
             doc["skipped"] = [{"path": path, "reason": why} for path, why in self.skipped]
         return _finite(doc)

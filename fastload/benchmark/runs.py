@@ -142,6 +142,9 @@ def run_all(specs: Iterable[RunSpec], limits: Limits | Callable[[RunSpec], Limit
             if progress is not None:
                 name = spec.name + (f" (repeat {rep + 1}/{repeats})" if repeats > 1 else "")
                 progress.start(name, rep * len(specs) + k, repeats * len(specs))
+            if keep_loaders and done[k]:  # only the last repeat's loader is kept: shut the one before down
+                done[k][-1].loader = None
+                gc.collect()
             result = RunResult(spec.name, spec.kind, spec.source, status="partial", note="interrupted")
             done[k].append(result)
             try:  # raw reads yield payload sizes, not images: no step runs on them

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import os
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,8 +20,9 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import torch
 
-from fastload.samples.collate import ImageBatch, collate_images, new_image_batch
+from fastload.benchmark.spread import Spread
 from fastload.decode.crops import decode_crop
+from fastload.samples.collate import ImageBatch, collate_images, new_image_batch
 
 StageKind = Literal["io", "cpu", "transfer"]
 READS_IN_FLIGHT = 16  # cold reads: a disk serves many random reads at once
@@ -38,6 +38,8 @@ class Stage:
     seconds_per_sample: float
     parallel: int = 1
     note: str | None = None
+    low: float | None = None  # the fastest and slowest of its timing rounds (None: timed once)
+    high: float | None = None
 
     @property
     def samples_per_s(self) -> float:
@@ -47,7 +49,7 @@ class Stage:
         rate = self.samples_per_s
         return {"name": self.name, "kind": self.kind, "seconds_per_sample": self.seconds_per_sample,
                 "samples_per_s": None if rate == float("inf") else rate, "parallel": self.parallel,
-                "note": self.note}
+                "note": self.note, "low": self.low, "high": self.high}
 
 
 class Probe(Protocol):
@@ -168,9 +170,14 @@ def drop_cache(paths: Sequence[str | os.PathLike[str]]) -> None:
 
 
 def per_call(fn: Callable[[Any], Any], items: Sequence[Any], budget: float, rounds: int = 5) -> float:
-    """Seconds per ``fn(item)`` over ``items`` (cycled), after one untimed call: the median of
-    ``rounds`` rounds of ``budget / rounds`` seconds each, so a burst of load from other
-    processes moves one round, not the result."""
+    """Seconds per ``fn(item)``: the median of :func:`timed_rounds`."""
+    return timed_rounds(fn, items, budget, rounds).median
+
+
+def timed_rounds(fn: Callable[[Any], Any], items: Sequence[Any], budget: float, rounds: int = 5) -> Spread:
+    """Seconds per ``fn(item)`` over ``items`` (cycled), after one untimed call, in ``rounds``
+    rounds of ``budget / rounds`` seconds each: their median (a burst of load from other
+    processes moves one round, not the result) and their spread (how much it moved them)."""
     fn(items[0])
     times, k = [], 0
     for _ in range(rounds):
@@ -179,7 +186,7 @@ def per_call(fn: Callable[[Any], Any], items: Sequence[Any], budget: float, roun
             fn(items[k % len(items)])
             n, k = n + 1, k + 1
         times.append((time.perf_counter() - started) / n)
-    return statistics.median(times)
+    return Spread.of(times)
 
 
 def _bounded(fn: Callable[[Any], Any], items: Sequence[Any], budget: float, least: int = 4) -> list[Any]:
@@ -218,30 +225,33 @@ def measure_stages(probe: Probe, *, batch_size: int, cold: bool, budget: float =
         cold_part = chosen[: max(4, len(chosen) // 4)]
         started = time.perf_counter()
         done = _bounded(probe.read, cold_part, budget)
-        read_s = (time.perf_counter() - started) / len(done)
-        read_note = f"cold page cache, one read at a time ({len(done)} records)"
+        once = (time.perf_counter() - started) / len(done)
+        read, read_note = Spread(once, once, once), f"cold page cache, one read at a time ({len(done)} records)"
     sample = sample_records(probe, budget=budget, chosen=chosen)
     pairs = list(zip(sample["indices"], sample["blobs"]))
     if not cold:
-        read_s = per_call(probe.read, sample["indices"], budget)
-        read_note = "warm page cache, one read at a time"
+        read, read_note = timed_rounds(probe.read, sample["indices"], budget), "warm page cache, one read at a time"
     decoded = _bounded(lambda p: probe.decode(*p), pairs, budget)
-    decode_s = on_decode_thread(lambda: per_call(lambda p: probe.decode(*p), pairs[: len(decoded)], budget))
+    decode = on_decode_thread(lambda: timed_rounds(lambda p: probe.decode(*p), pairs[: len(decoded)], budget))
     items = list(zip(chosen, decoded))
     samples = _bounded(lambda p: probe.transform(*p), items, budget)
-    transform_s = on_decode_thread(lambda: per_call(lambda p: probe.transform(*p), items[: len(samples)],
-                                                     budget))
+    transform = on_decode_thread(lambda: timed_rounds(lambda p: probe.transform(*p), items[: len(samples)],
+                                                      budget))
     batch = [samples[k % len(samples)] for k in range(batch_size)]
-    collate_s = per_call(probe.collate, [batch], budget) / batch_size
-    stages = [Stage("read", "io", read_s, note=read_note),
-              Stage(probe.decode_name, "cpu", decode_s),
-              Stage("transform", "cpu", transform_s,
-                    note="inside the decode" if "crop" in probe.decode_name else None),
-              Stage("collate", "cpu", collate_s)]
+    per_batch = timed_rounds(probe.collate, [batch], budget)
+    collate = Spread(per_batch.median / batch_size, per_batch.low / batch_size, per_batch.high / batch_size)
+    stages = [_stage("read", "io", read, read_note),
+              _stage(probe.decode_name, "cpu", decode),
+              _stage("transform", "cpu", transform, "inside the decode" if "crop" in probe.decode_name else None),
+              _stage("collate", "cpu", collate)]
     return stages, sample
 
 
-def on_decode_thread(measure: Callable[[], float]) -> float:
+def _stage(name: str, kind: StageKind, took: Spread, note: str | None = None) -> Stage:
+    return Stage(name, kind, took.median, note=note, low=took.low, high=took.high)
+
+
+def on_decode_thread(measure: Callable[[], Any]) -> Any:
     """``measure()`` run where a loader decodes: on a thread of its own."""
     with ThreadPoolExecutor(1, thread_name_prefix="fastload-decode") as pool:
         return pool.submit(measure).result()

@@ -29,6 +29,7 @@ from fastload.benchmark.loader_under_test import (
     row_name,
     sequential,
 )
+from fastload.benchmark.machine_load import LoadWatch
 from fastload.benchmark.monitor import Progress
 from fastload.benchmark.report import BenchReport
 from fastload.benchmark.resolve import resolve
@@ -45,7 +46,7 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
           dali: bool = True, include: Collection[RunKind] = ("baseline", "raw", "fastload"),
           fastload_variants: Sequence[dict[str, Any]] = (), only: Collection[str] | None = None,
           temp_pack: int = 2000, work: str | os.PathLike[str] | None = None,
-          stage_budget: float = 0.5, measure_ceilings: bool = True, repeats: int = 1,
+          stage_budget: float = 0.5, measure_ceilings: bool = True, repeats: int = 3,
           progress: bool | None = None, storage_options: dict[str, Any] | None = None,
           model: str | None = None, step: StepFn | None = None) -> BenchReport:
     """Every contender on the same records, side by side; see :mod:`fastload.benchmark`.
@@ -89,7 +90,7 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
     train = training_step(model, step, model_step)
     config = _config(src, packed, batch_size, image_size, duration, samples, cold, train, model)
     config["repeats"] = repeats
-    shown = Progress(progress)
+    shown, watch = Progress(progress), LoadWatch()
     with resolve(src, packed, image_size=image_size, temp_pack=temp_pack, work=work,
                  storage_options=storage_options) as inputs:
         config["packed"] = [str(p) for p in inputs.packed]
@@ -125,11 +126,13 @@ def bench(src: str | os.PathLike[str], packed: Sequence[str | os.PathLike[str]] 
                 else:  # its row ran under the step, if any
                     dataset, spec, row = target
                     judge(report, inputs, probe_of(dataset), spec.make(), row, batch_size, image_size,
-                          cold, train, stage_budget, shown, show_stages=stages, headspace=headspace)
+                          cold, train, stage_budget, shown, show_stages=stages, headspace=headspace,
+                          watch=watch)
         except KeyboardInterrupt:
             report.interrupted = True
         finally:
             shown.finish()
+            report.load = watch.stop()
     return report
 
 
@@ -163,11 +166,11 @@ def _specs(inputs: Inputs, include: Collection[RunKind], batch_size: int, image_
 
 
 def doctor(src: str | os.PathLike[str] | torch.utils.data.Dataset, *, batch_size: int = 64,
-           image_size: int = 224, num_workers: int | None = None, duration: float = 5.0,
+           image_size: int = 224, num_workers: int | None = None, duration: float = 2.0,
            samples: int | None = None, cold: bool = False, model_step: ModelStep = None,
            stage_budget: float = 0.5, progress: bool | None = None,
            storage_options: dict[str, Any] | None = None, model: str | None = None,
-           step: StepFn | None = None) -> BenchReport:
+           step: StepFn | None = None, repeats: int = 3) -> BenchReport:
     """Time each stage of SRC's loader alone, run it under a training step, name the bottleneck.
 
     Args:
@@ -185,13 +188,18 @@ def doctor(src: str | os.PathLike[str] | torch.utils.data.Dataset, *, batch_size
             Without any step the verdict is about the data alone, and a note says so.
         storage_options: the object store's options when ``src`` is a URL (small objects, or a
             dataset in a store, read through an empty temporary node cache: a first epoch).
+        repeats: runs of the loader (each ``duration`` long): the row shows their median and
+            range. Each stage is timed in 5 rounds; the verdict names a bottleneck only where
+            those spreads allow, and the report says how busy the machine was meanwhile.
     """
     _check(batch_size, duration, samples)
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats}: must be at least 1")
     train = training_step(model, step, model_step)
     config = _config(src if not isinstance(src, torch.utils.data.Dataset) else type(src).__name__, (),
                      batch_size, image_size, duration, samples, cold, train, model)
-    config["num_workers"] = num_workers
-    shown = Progress(progress)
+    config["num_workers"], config["repeats"] = num_workers, repeats
+    shown, watch = Progress(progress), LoadWatch()
     report = BenchReport("doctor", config, [], notes=[] if train else [NO_STEP_NOTE])
     try:
         if train:
@@ -200,7 +208,8 @@ def doctor(src: str | os.PathLike[str] | torch.utils.data.Dataset, *, batch_size
         if isinstance(src, torch.utils.data.Dataset):
             inputs = Inputs(Path("."), "dataset", None, [])
             diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold, train,
-                          num_workers, stage_budget, shown, dataset=src, headspace=report.headspace)
+                          num_workers, stage_budget, shown, dataset=src, headspace=report.headspace,
+                          repeats=repeats, watch=watch)
         else:
             with resolve(src, image_size=image_size, pack_missing=False,
                          storage_options=storage_options) as inputs:
@@ -208,11 +217,13 @@ def doctor(src: str | os.PathLike[str] | torch.utils.data.Dataset, *, batch_size
                     report.skipped = list(inputs.skipped)
                     report.notes.append(skipped_note(inputs.skipped))
                 diagnose_into(report, inputs, batch_size, image_size, duration, samples, cold,
-                              train, num_workers, stage_budget, shown, headspace=report.headspace)
+                              train, num_workers, stage_budget, shown, headspace=report.headspace,
+                              repeats=repeats, watch=watch)
     except KeyboardInterrupt:
         report.interrupted = True
     finally:
         shown.finish()
+        report.load = watch.stop()
     return report
 
 

@@ -1,11 +1,21 @@
-"""The report as text: the rows side by side, the machine's ceilings, the stages and the verdict."""
+"""The report as text: the rows side by side, the machine's ceilings, the stages and the verdict.
+
+Every line fits a terminal of :data:`WIDTH` columns: the table holds numbers only (each row's
+settings, and why a row did not run, follow it as lines of their own), long names wrap in their
+column, and prose wraps with its continuation indented.
+"""
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Protocol
 
 from fastload.benchmark.result import RunResult
+from fastload.benchmark.spread import Spread, differs
 from fastload.config import format_size
+
+WIDTH = 100
+"""Columns of the text report: a terminal's."""
 
 
 class BenchReport(Protocol):
@@ -23,11 +33,13 @@ class BenchReport(Protocol):
     reference: dict[str, str | None]
     machine: dict[str, Any]
     headspace: Any  # training.Headspace or None
+    load: Any  # machine_load.MachineLoad or None
 
 
 def format_report(report: BenchReport, *, markdown: bool = False) -> str:
-    """The whole report: header, rows (and what each ratio is of), ceilings, stages, verdict, notes."""
-    parts = [_header(report), _rows(report, markdown), _legend(report)]
+    """The whole report: header, rows (their settings under them, and what each ratio is of),
+    ceilings, stages, verdict, notes."""
+    parts = [_header(report), _rows(report, markdown), "" if markdown else _settings(report), _legend(report)]
     if report.ceilings:
         parts.append(_ceilings(report.ceilings))
     if report.stages:
@@ -37,7 +49,18 @@ def format_report(report: BenchReport, *, markdown: bool = False) -> str:
     if report.interrupted:
         parts.append("interrupted: the table holds what was measured before Ctrl-C")
     parts += [f"note: {n}" for n in report.notes]
-    return "\n\n".join(p for p in parts if p)
+    return "\n\n".join(p if k == 1 else fit(p) for k, p in enumerate(parts) if p)
+
+
+def fit(text: str, indent: str = "  ") -> str:
+    """Each line of ``text`` wrapped to :data:`WIDTH` columns, its continuation lines indented by
+    ``indent`` more than it is (a path or URL longer than a line stays whole)."""
+    out = []
+    for line in text.splitlines():
+        lead = line[:len(line) - len(line.lstrip())]
+        out += textwrap.wrap(line, WIDTH, subsequent_indent=lead + indent, break_long_words=False,
+                             break_on_hyphens=False) or [""]
+    return "\n".join(out)
 
 
 def _header(report: BenchReport) -> str:
@@ -55,7 +78,8 @@ def _header(report: BenchReport) -> str:
             f"{c['image_size']} px train crops, {cache}, {bound}{step}\n"
             f"machine: {m['cores']} cores ({m['cpu']}), torch {m['torch']}, Pillow {m['pillow']}, "
             f"CUDA {m['cuda'] or 'none'}\n"
-            f"fastload JPEG decode: {m.get('jpeg_decoder', 'not recorded')}")
+            f"fastload JPEG decode: {m.get('jpeg_decoder', 'not recorded')}"
+            + (f"\n{report.load}" if report.load is not None else ""))
 
 
 def _rows(report: BenchReport, markdown: bool) -> str:
@@ -66,40 +90,64 @@ def _rows(report: BenchReport, markdown: bool) -> str:
     spread = report.config.get("repeats", 1) > 1
     head = ["run", "samples/s", *(["min–max"] if spread else []), "MB/s", *(["× ref"] if speeds else []),
             *(["data wait", "step ms"] if waits else []), *(["× headspace"] if headspace else []),
-            "peak MB", "settings"]
-    lines = [_cells(r, r.name in refs, speeds, waits, spread, headspace, _disagrees(report, r))
-             for r in report.runs]
+            "peak MB", *(["settings"] if markdown else [])]
+    lines = [_cells(r, r.name in refs, speeds, waits, spread, headspace, _doubt(report, r) is not None)
+             + ([_settings_of(r)] if markdown else []) for r in report.runs]
     if headspace is not None:
         blank = [""] * (spread + 1 + speeds)
         lines.insert(0, [f"headspace: {headspace.step}", f"{headspace.samples_per_s:.0f}", *blank,
                          *(["", f"{headspace.step_ms:.1f}"] if waits else []), "1.00x", "",
-                         "the step alone, on one batch already on the device" if headspace.steps
-                         else "the stand-in's own rate: batch size / its sleep"])
+                         *([_headspace_settings(headspace)] if markdown else [])])
     if markdown:
         out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 2) + "---|"]
         return "\n".join(out + ["| " + " | ".join(cells) + " |" for cells in lines])
-    widths = [max(len(str(row[k])) for row in [head, *lines]) for k in range(len(head))]
-    fmt = [(lambda s, w: s.ljust(w)) if k in (0, len(head) - 1) else (lambda s, w: s.rjust(w))
-           for k in range(len(head))]
-    return "\n".join("  ".join(f(str(cell), w) for f, cell, w in zip(fmt, row, widths)).rstrip()
-                     for row in [head, *lines])
+    widths = [max(len(str(row[k])) for row in [head, *lines]) for k in range(1, len(head))]
+    room = max(10, WIDTH - sum(widths) - 2 * len(widths))  # what the names may take
+    name_width = min(room, max(len(row[0]) for row in [head, *lines]))
+    text = []
+    for row in [head, *lines]:
+        names = textwrap.wrap(row[0], name_width, subsequent_indent="  ", break_long_words=True) or [""]
+        numbers = "  ".join(str(cell).rjust(w) for cell, w in zip(row[1:], widths))
+        text.append(f"{names[0].ljust(name_width)}  {numbers}".rstrip())
+        text += names[1:]
+    return "\n".join(text)
 
 
 def _cells(r: RunResult, is_ref: bool, speeds: bool, waits: bool, spread: bool, headspace: Any,
-           disagrees: bool) -> list[str]:
+           doubtful: bool) -> list[str]:
     blank = [""] * (speeds + 2 * waits + spread + bool(headspace))
     if r.status in ("skipped", "failed") or not r.samples:
-        return [r.name, r.status, "", *blank, "", _one_line(r.note)]
-    mark = "?" if disagrees else ""
+        return [r.name, r.status, "", *blank, ""]
+    mark = "?" if doubtful else ""
     speed = ["ref" if is_ref else (f"{r.speedup:.2f}x{mark}" if r.speedup is not None else "")] if speeds else []
     wait = [f"{r.wait_fraction:.0%}" if r.wait_fraction is not None else "",
             f"{r.step_ms:.1f}" if r.step_ms is not None else ""] if waits else []
     share = ([f"{r.samples_per_s / headspace.samples_per_s:.2f}x" if r.kind != "raw" else ""]
              if headspace else [])
-    settings = r.settings + (f" [{r.status}: {r.note}]" if r.status != "ok" else "")
     rss = f"{r.peak_rss_mb:.0f}" if r.peak_rss_mb else ""
     span = [f"{r.min:.0f}–{r.max:.0f}" if r.min is not None and r.max is not None else ""] if spread else []
-    return [r.name, f"{r.samples_per_s:.0f}", *span, f"{r.mb_per_s:.1f}", *speed, *wait, *share, rss, settings]
+    return [r.name, f"{r.samples_per_s:.0f}", *span, f"{r.mb_per_s:.1f}", *speed, *wait, *share, rss]
+
+
+def _settings_of(r: RunResult) -> str:
+    """A row's settings and, when it did not finish, why: a worker's traceback stays in the JSON,
+    the text shows its first and last line."""
+    if r.status in ("skipped", "failed") or not r.samples:
+        return f"{r.status}: {_one_line(r.note)}" if r.note else r.status
+    return r.settings + (f" [{r.status}: {r.note}]" if r.status != "ok" else "")
+
+
+def _headspace_settings(headspace: Any) -> str:
+    return ("the step alone, on one batch already on the device" if headspace.steps
+            else "the stand-in's own rate: batch size / its sleep")
+
+
+def _settings(report: BenchReport) -> str:
+    """Each row's settings (and why a row did not run), under the table."""
+    lines = [f"  {r.name}: {_settings_of(r)}" for r in report.runs if _settings_of(r)]
+    if report.headspace is not None:
+        lines.insert(0, f"  headspace: {report.headspace.step}: {_headspace_settings(report.headspace)}")
+    return "\n".join(["settings of each row:", *lines]) if lines else ""
 
 
 def _reference_of(report: BenchReport, r: RunResult) -> tuple[RunResult | None, str]:
@@ -109,14 +157,26 @@ def _reference_of(report: BenchReport, r: RunResult) -> tuple[RunResult | None, 
     return ref, "mb_per_s" if r.kind == "raw" else "samples_per_s"
 
 
-def _disagrees(report: BenchReport, r: RunResult) -> bool:
-    """``r``'s paired ratio and the ratio of its median to the reference's fall on opposite
-    sides of 1: the runs varied more than the rows differ, so neither says which is faster."""
+def _doubt(report: BenchReport, r: RunResult) -> str | None:
+    """Why ``r``'s ratio to its reference says neither is faster (None: it says one is). Two
+    ways: its paired ratio and the ratio of its median to the reference's fall on opposite sides
+    of 1, or the two rows' medians differ by less than either one's spread over the repeats."""
     ref, attr = _reference_of(report, r)
     if r.speedup is None or ref is None or ref is r or not getattr(ref, attr):
-        return False
+        return None
+    unit = "MB/s" if attr == "mb_per_s" else "samples/s"
     of_medians = getattr(r, attr) / getattr(ref, attr)
-    return (r.speedup - 1) * (of_medians - 1) < 0
+    if (r.speedup - 1) * (of_medians - 1) < 0:
+        return (f"? {r.name}: its median {unit} is {of_medians:.2f}x {ref.name!r}'s, its runs paired one by "
+                f"one {r.speedup:.2f}x: the runs varied more than the rows differ, so neither is known "
+                "faster; re-run with more --repeats on a quieter machine")
+    mine, theirs = (r.per_repeat, ref.per_repeat) if attr == "samples_per_s" else (r.per_repeat_mb_s,
+                                                                                      ref.per_repeat_mb_s)
+    if len(mine) < 2 or len(theirs) < 2 or differs(Spread.of(mine), Spread.of(theirs)):
+        return None
+    return (f"? {r.name}: {Spread.of(mine).text()} {unit} against {ref.name!r}'s {Spread.of(theirs).text()} "
+            "(median, slowest–fastest run): the runs overlap, a difference smaller than their spread, so "
+            "neither is known faster; re-run with more --repeats on a quieter machine")
 
 
 def _legend(report: BenchReport) -> str:
@@ -128,16 +188,7 @@ def _legend(report: BenchReport) -> str:
         lines.append(f"× ref: a row's samples/s over those of {report.reference['pipeline']!r} (ref), {paired}")
     if report.reference.get("raw"):
         lines.append(f"× ref of raw reads: a row's MB/s over that of {report.reference['raw']!r}, {paired}")
-    for r in report.runs:
-        if _disagrees(report, r):
-            ref, attr = _reference_of(report, r)
-            if ref is None:
-                continue
-            unit = "MB/s" if attr == "mb_per_s" else "samples/s"
-            lines.append(f"? {r.name}: its median {unit} is {getattr(r, attr) / getattr(ref, attr):.2f}x "
-                         f"{ref.name!r}'s, its runs paired one by one {r.speedup:.2f}x: the runs varied more "
-                         "than the rows differ, so neither is known faster; re-run with more --repeats "
-                         "on a quieter machine")
+    lines += [doubt for r in report.runs if (doubt := _doubt(report, r))]
     headspace = report.headspace
     if headspace is not None:
         alone = ("on a batch already on the device" if headspace.steps else
@@ -189,10 +240,12 @@ def _ceilings(c: dict[str, Any]) -> str:
 
 
 def _stages(report: BenchReport) -> str:
-    lines = ["stages alone (one thread each; ×N: how many at once in this loader):"]
+    lines = [("stages alone, ms per sample on one thread: the median of 5 timing rounds (fastest–slowest); "
+              "×N: how many run at once in this loader")]
     width = max(len(s.name) for s in report.stages)
     for s in report.stages:
         note = f"  ({s.note})" if s.note else ""
-        lines.append(f"  {s.name.ljust(width)}  {s.seconds_per_sample * 1e3:8.3f} ms/sample  "
-                     f"×{s.parallel}{note}")
+        spread = (f"({s.low * 1e3:.3f}–{s.high * 1e3:.3f})" if s.low is not None and s.high is not None
+                  and s.high > s.low else "")
+        lines.append(f"  {s.name.ljust(width)}  {s.seconds_per_sample * 1e3:8.3f} {spread:<15} ×{s.parallel}{note}")
     return "\n".join(lines)

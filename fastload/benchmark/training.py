@@ -65,7 +65,10 @@ def named_step(name: str, device: str | torch.device | None = None) -> TrainStep
     """A torchvision model's training step: forward, cross-entropy, backward, SGD with momentum;
     on CUDA in bf16 autocast and channels-last, on the CPU in float32. uint8 batches are
     normalised on the device first (as ``fastload.DataLoader(..., mean=, std=)`` would)."""
-    models = require("torchvision.models", f"--model {name} (a torchvision model as the training step)")
+    from fastload.benchmark.torchvision_install import torchvision_hint
+
+    models = require("torchvision.models", f"--model {name} (a torchvision model as the training step)",
+                     install=torchvision_hint(torch.__version__))
     try:
         builder = models.get_model_builder(name)
     except ValueError:

@@ -15,7 +15,8 @@ def tune_command(args: argparse.Namespace) -> int:
 
     dataset = PackedDataset(args.path, image_size=args.image_size, train=not args.eval,
                             storage_options=storage_options(args))
-    settings = tune(dataset, batch_size=args.batch_size, batches=args.batches, step=_tune_step(args))
+    settings = tune(dataset, batch_size=args.batch_size, batches=args.batches, step=_tune_step(args),
+                    progress=False if args.quiet else None)
     if args.json:
         print(json.dumps({"num_workers": settings.num_workers, "prefetch_factor": settings.prefetch_factor,
                           "pin_memory": settings.pin_memory, "mode": settings.mode,

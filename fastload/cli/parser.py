@@ -43,7 +43,7 @@ def _add_measure_options(p: argparse.ArgumentParser, duration: float) -> None:
     _add_step_options(p)
     p.add_argument("--json", metavar="FILE", help="write the report as JSON (schema fastload-bench/1)")
     p.add_argument("--plot", metavar="FILE.png", help="write a bar chart (needs matplotlib)")
-    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
 
 
 def _add_step_options(p: argparse.ArgumentParser) -> None:
@@ -191,9 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64, help="samples per batch (default 64)")
     p.add_argument("--image-size", type=int, default=224, help="crop side in pixels (default 224)")
     p.add_argument("--eval", action="store_true", help="tune the eval pipeline (default: train)")
-    p.add_argument("--batches", type=int, default=6, help="timed batches per candidate (default 6)")
+    p.add_argument("--batches", type=int, default=6,
+                   help="timed batches per run of a candidate; each runs 3 times, interleaved (default 6)")
     _add_step_options(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     _add_storage_option(p)
     p.set_defaults(run=tune_command)
 
@@ -207,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="runs of each row, interleaved (A, B, C, A, B, C, ...); rows show the median "
                         "and the range, ratios are paired run by run (default 3)")
     p.add_argument("--stages", action="store_true",
-                   help="also show each stage's timing behind the verdict (always given)")
+                   help="also print the stages section: each stage of the loader timed alone (the "
+                        "verdict drawn from them is printed either way)")
     p.add_argument("--torch-workers", type=int, nargs="+", default=None, metavar="N",
                    help="num_workers of the tuned torch rows (default: one per core)")
     p.add_argument("--prefetch-factor", type=int, default=4, help="prefetch_factor of the tuned torch rows")
@@ -222,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="time each loader stage alone and name the bottleneck")
     p.add_argument("src", help="image folder (ImageFolder + torch DataLoader) or packed dataset (fastload); "
                                "or its URL in an object store (s3://...)")
-    _add_measure_options(p, duration=5.0)
+    _add_measure_options(p, duration=2.0)
     p.add_argument("--num-workers", type=int, default=None,
                    help="your loader's num_workers (folder default: one per core; packed: auto)")
     _add_storage_option(p)

@@ -10,6 +10,7 @@ processes): workers would pickle it and its samples, which torch's default never
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -49,7 +50,9 @@ class LoaderSettings:
                  + (f", prefetch_batches={self.prefetch_batches})" if self.mode == "threads" else ")")]
         lines += [f"  {name}: {why}" for name, why in self.reasons.items()]
         lines.append(f"  to use them: fastload.DataLoader(..., {', '.join(f'{k}={v!r}' for k, v in self.as_kwargs().items())})")
-        return "\n".join(lines)
+        # each reason wrapped to a terminal's 100 columns, its continuation indented under it
+        return "\n".join(textwrap.fill(line, 100, subsequent_indent="    ", break_long_words=False,
+                                        break_on_hyphens=False) for line in lines)
 
     def as_kwargs(self) -> dict[str, Any]:
         """These settings as DataLoader arguments: ``DataLoader(ds, **settings.as_kwargs())`` runs with them."""

@@ -23,11 +23,16 @@ Step = Callable[[Any, Any], Any] | float | None
 
 
 def tune(dataset: Dataset, *, batch_size: int, batches: int = 6, candidates: list[dict[str, Any]] | None = None,
-         step: Step = None, **loader_kwargs: Any) -> LoaderSettings:
-    """Measure a short grid of settings on the real data and machine; return the fastest.
+         step: Step = None, repeats: int = 3, progress: bool | None = None, **loader_kwargs: Any) -> LoaderSettings:
+    """Measure a short grid of settings on the real data and machine; return the fastest, or
+    auto's settings when nothing is known faster.
 
-    Each candidate runs ``batches`` batches after one warm-up batch and the batches its loader
-    holds ready by then; the result's reasons record every candidate's measured samples/s.
+    Each candidate runs ``repeats`` times, interleaved with the others (A, B, C, A, B, C, ...), each
+    time ``batches`` batches after one warm-up batch and the batches its loader holds ready by
+    then. One is chosen over auto's settings only when every run of it beat every run of the rest,
+    on a machine others did not keep busy meanwhile (:mod:`fastload.loading.tune_choice`); else the
+    result is auto's, and its reasons say why ("too noisy to choose"). The reasons record every
+    candidate's median and range and the machine's load.
 
     Args:
         step: the training step, run after each batch: ``fn(images, labels)`` (CUDA is synchronised
@@ -35,26 +40,49 @@ def tune(dataset: Dataset, *, batch_size: int, batches: int = 6, candidates: lis
             training loop's, so decode that overlaps the step counts. Without one the grid is
             timed on data alone, and ``mode='main'`` (which decodes between steps, never during
             them) is not chosen while a candidate that decodes in the background delivered.
+        repeats: runs of each candidate (at least 1; with one, no spread is known).
+        progress: a progress line on stderr (None: when stderr is a terminal).
     """
+    # Measuring tools load when measuring, never with `import fastload`.
+    from fastload.benchmark.machine_load import LoadWatch
+    from fastload.benchmark.monitor import Progress
+    from fastload.loading.tune_choice import Measured, choose, label
+
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats}: must be at least 1")
     after = _step(step)
     if candidates is None:
         candidates = default_candidates(dataset, available_cpus())
-    results: list[tuple[float, LoaderSettings, dict[str, Any]]] = []
-    for candidate in candidates:
-        loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, **loader_kwargs, **candidate)
-        settings = loader.settings
-        ahead = settings.num_workers * (settings.prefetch_factor or 0) + settings.prefetch_batches
-        results.append((_measure(loader, batches, ahead, after), settings, candidate))
-    eligible = results if after is not None else [r for r in results if r[1].mode != "main" and r[0] > 0] or results
-    _, best, chosen = max(eligible, key=lambda r: r[0])
-    table = "; ".join(f"{s.mode}/{s.num_workers}w/pf{s.prefetch_factor}: {r:.0f}/s" for r, s, _ in results)
+    auto = DataLoader(dataset, batch_size=batch_size, shuffle=True, **loader_kwargs).settings
+    measured: list[Measured] = []
+    shown, watch = Progress(progress), LoadWatch()
+    try:
+        for rep in range(repeats):
+            for k, candidate in enumerate(candidates):
+                loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, **loader_kwargs, **candidate)
+                settings = loader.settings
+                if rep == 0:
+                    measured.append(Measured(settings, candidate, []))
+                shown.note(f"tune [{rep * len(candidates) + k + 1}/{repeats * len(candidates)}] {label(settings)}")
+                ahead = settings.num_workers * (settings.prefetch_factor or 0) + settings.prefetch_batches
+                measured[k].rates.append(_measure(loader, batches, ahead, after))
+                del loader
+    finally:
+        shown.finish()
+    load = watch.stop()
+    choice = choose(measured, auto, main_allowed=after is not None,
+                    busy=load.others() if load is not None and load.busy else None)
+    best = choice.measured.settings if choice.measured is not None else auto
+    table = "; ".join(f"{m.name}: {m.spread.text()}" for m in measured)
     how = (f"under a {step * 1e3:g} ms stand-in step (slept)" if isinstance(step, (int, float)) and step else
            "under your training step" if after is not None else
            "on data alone, no training step given: mode='main' decodes between steps, not during them, so "
            "it is not chosen on data alone; pass step= (the CLI: --model or --model-step-ms) to weigh it")
-    reasons = {**best.reasons, **_chosen(best, chosen),
-               "tune": f"best of {len(results)}: {table}",
-               "training step": f"{batches} timed batches per candidate, {how}"}
+    reasons = {**best.reasons, **(_chosen(best, choice.measured.candidate) if choice.measured else {}),
+               "tune": choice.why,
+               "measured": f"samples/s, the median of {repeats} runs (slowest–fastest): {table}",
+               "training step": f"{batches} timed batches per run, {how}",
+               "machine load": load.text() if load is not None else "not measured (no /proc here)"}
     return replace(best, reasons=reasons)
 
 

@@ -270,7 +270,7 @@ def test_a_rebuilt_loader_keeps_the_backend(backend, packed):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_target_transform_applies_to_the_labels(backend, packed):
-    ds = fastload.PackedDataset(packed["lmdb"], image_size=SIZE, target_transform=lambda y: 100 + y)
+    ds = fastload.PackedDataset(packed["lmdb"], image_size=SIZE, train=True, target_transform=lambda y: 100 + y)
     ids, _, _ = run(fastload.DataLoader(ds, batch_size=BATCH, shuffle=False, backend=backend))
     assert ids == [100 + i for i in range(ID_RECORDS)]
 

@@ -38,7 +38,7 @@ def test_without_dali_the_error_names_the_package(packed):
         "import sys, json\n"
         "sys.modules['nvidia.dali'] = None\n"
         "import fastload\n"
-        f"ds = fastload.PackedDataset({str(packed['lmdb'])!r}, image_size=16)\n"
+        f"ds = fastload.PackedDataset({str(packed['lmdb'])!r}, image_size=16, train=True)\n"
         "try:\n"
         "    fastload.DataLoader(ds, batch_size=4, backend='dali')\n"
         "except Exception as exc:\n"
@@ -60,10 +60,10 @@ def test_unsupported_datasets_point_to_the_built_in_pipeline(packed):
     for dataset in cases:
         with pytest.raises(ValueError, match=r"PackedDataset\(path, image_size=\.\.\.\)"):
             fastload.DataLoader(dataset, batch_size=4, backend="dali")
-    skipping = fastload.PackedDataset(path, image_size=SIZE, on_error="skip")
+    skipping = fastload.PackedDataset(path, image_size=SIZE, train=True, on_error="skip")
     with pytest.raises(ValueError, match="on_error='skip'.*open it with on_error='raise'"):
         fastload.DataLoader(skipping, batch_size=4, backend="dali")
-    ds = fastload.PackedDataset(path, image_size=SIZE)
+    ds = fastload.PackedDataset(path, image_size=SIZE, train=True)
     with pytest.raises(ValueError, match="batch_size"):
         fastload.DataLoader(ds, batch_size=None, backend="dali")
     with pytest.raises(ValueError, match="collate_fn"):

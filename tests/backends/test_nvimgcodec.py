@@ -87,7 +87,7 @@ def test_skip_leaves_out_undecodable_and_damaged_records_and_counts_them(undecod
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
 def test_cuda_asked_for_without_cuda_names_the_backend_and_the_way_back(packed):
-    ds = fastload.PackedDataset(packed["lmdb"], image_size=SIZE)
+    ds = fastload.PackedDataset(packed["lmdb"], image_size=SIZE, train=True)
     with pytest.raises(ValueError, match=r"backend='nvimgcodec' with device='cuda': CUDA is not available.*"
                                          r"backend='torch'.*device='cpu'"):
         fastload.DataLoader(ds, batch_size=4, backend="nvimgcodec", device="cuda")
@@ -99,7 +99,7 @@ def test_without_nvimgcodec_the_error_names_the_package(packed):
         "import sys, json\n"
         "sys.modules['nvidia.nvimgcodec'] = None\n"
         "import fastload\n"
-        f"ds = fastload.PackedDataset({str(packed['lmdb'])!r}, image_size=16)\n"
+        f"ds = fastload.PackedDataset({str(packed['lmdb'])!r}, image_size=16, train=True)\n"
         "try:\n"
         "    next(iter(fastload.DataLoader(ds, batch_size=4, backend='nvimgcodec')))\n"
         "except Exception as exc:\n"
@@ -119,12 +119,12 @@ def test_unsupported_datasets_and_arguments_are_refused(packed):
     for dataset in (fastload.PackedDataset(path, transform=lambda img: img), fastload.PackedDataset(path)):
         with pytest.raises(ValueError, match=r"backend='nvimgcodec'.*PackedDataset\(path, image_size=\.\.\.\)"):
             fastload.DataLoader(dataset, batch_size=4, backend="nvimgcodec")
-    ds = fastload.PackedDataset(path, image_size=SIZE)
+    ds = fastload.PackedDataset(path, image_size=SIZE, train=True)
     with pytest.raises(ValueError, match="backend='nvimgcodec': batch_size=None"):
         fastload.DataLoader(ds, batch_size=None, backend="nvimgcodec")
     with pytest.raises(ValueError, match="backend='nvimgcodec': collate_fn"):
         fastload.DataLoader(ds, batch_size=4, backend="nvimgcodec", collate_fn=lambda b: b)
-    fields = fastload.PackedDataset(path, image_size=SIZE, fields=("image", "label"))
+    fields = fastload.PackedDataset(path, image_size=SIZE, train=True, fields=("image", "label"))
     with pytest.raises(ValueError, match="backend='nvimgcodec' delivers .*fields="):
         fastload.DataLoader(fields, batch_size=4, backend="nvimgcodec")
 
@@ -132,7 +132,7 @@ def test_unsupported_datasets_and_arguments_are_refused(packed):
 def test_nothing_is_printed_by_the_codec_library(packed):
     """nvImageCodec's extensions print to the process's stdout when a codec is missing: kept quiet."""
     code = ("import fastload\n"
-            f"ds = fastload.PackedDataset({str(packed['lmdb'])!r}, image_size=16)\n"
+            f"ds = fastload.PackedDataset({str(packed['lmdb'])!r}, image_size=16, train=True)\n"
             "x, y = next(iter(fastload.DataLoader(ds, batch_size=4, backend='nvimgcodec')))\n"
             "print('shape', tuple(x.shape))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120,

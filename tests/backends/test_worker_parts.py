@@ -67,11 +67,11 @@ def test_a_planned_part_rebuilds_its_batch_with_views_of_one_buffer(packed):
 
 def test_a_planned_part_carries_skipped_records_and_errors_by_name(packed, tmp_path):
     copy = damaged_copy(packed["lmdb"], tmp_path)
-    skipping = fastload.PackedDataset(copy, image_size=SIZE, on_error="skip")
+    skipping = fastload.PackedDataset(copy, image_size=SIZE, train=True, on_error="skip")
     rebuilt = as_batch(as_part(read_and_plan(skipping, [1, DAMAGED, 3], skip=True)))
     assert rebuilt.indices == [1, 3] and list(rebuilt.failed) == [DAMAGED]
     assert f"record {DAMAGED} (img{DAMAGED:04d}" in str(rebuilt.failed[DAMAGED])
-    raising = fastload.PackedDataset(copy, image_size=SIZE)
+    raising = fastload.PackedDataset(copy, image_size=SIZE, train=True)
     with pytest.raises(CorruptRecordError) as planned_here:
         read_and_plan(raising, [1, DAMAGED, 3])
     with pytest.raises(CorruptRecordError) as planned_there:

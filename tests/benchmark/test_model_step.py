@@ -15,9 +15,9 @@ from fastload.benchmark.report import BenchReport
 from fastload.benchmark.runs import RunResult
 from fastload.benchmark.training import TrainStep, measure_headspace, named_step, training_step
 from fastload.benchmark.verdict import Evidence, diagnose
-from tests.benchmark.test_cli_bench import table_rows
+from tests.benchmark.test_cli_bench import flat, header, table_rows
 
-QUICK = {"batch_size": 4, "image_size": 32, "duration": 0.3, "samples": 8, "stage_budget": 0.1,
+QUICK = {"batch_size": 4, "image_size": 32, "duration": 0.3, "samples": 8, "stage_budget": 0.1, "repeats": 1,
          "progress": False}
 CLI_QUICK = ["--batch-size", "4", "--image-size", "32", "--duration", "0.3", "--samples", "8", "--repeats", "1"]
 BOUNDS = ("the model bounds training", "the loader bounds training")
@@ -79,7 +79,7 @@ def test_bench_with_a_step_function_has_the_headspace_row_and_names_the_bound(ph
     assert "data wait" in head and "step ms" in head and "× headspace" in head
     for r in report.runs:  # the step ran under every decoded row, never under raw reads
         assert (r.step_ms is not None) == (r.kind != "raw"), r
-    assert "× headspace: a row's samples/s under the step over the step's own" in text
+    assert "× headspace: a row's samples/s under the step over the step's own" in flat(text)
     assert report.verdict is not None and report.verdict.loader == "fastload lmdb"
     assert any(bound in report.verdict.reason for bound in BOUNDS), report.verdict.reason
     assert "data alone: no training step" not in text
@@ -100,8 +100,8 @@ def test_doctor_with_a_step_function_weighs_it(photos):
 def test_doctor_without_a_step_says_it_did_not_weigh_one(photos):
     report = doctor(photos("lmdb"), **QUICK)
     assert report.headspace is None
-    assert "note: data alone: no training step was given" in report.table()
-    assert "--model NAME" in report.table()
+    assert "note: data alone: no training step was given" in flat(report.table())
+    assert "--model NAME" in flat(report.table())
 
 
 def test_bench_model_through_the_cli(cli, photos, fake_torchvision, tmp_path):
@@ -109,10 +109,10 @@ def test_bench_model_through_the_cli(cli, photos, fake_torchvision, tmp_path):
     result = cli("bench", photos("lmdb"), *CLI_QUICK, "--no-dali", "--torch-workers", "1", "--model", "tinynet",
                  "--json", out)
     assert result.rc == 0, result.out + result.err
-    assert "model step: tinynet (float32, cpu)" in result.out.splitlines()[0]
+    assert "model step: tinynet (float32, cpu)" in header(result.out)
     rows = table_rows(result.out)
     assert "headspace: tinynet (float32, cpu)" in rows
-    assert "\nverdict: " in result.out and any(bound in result.out for bound in BOUNDS)
+    assert "\nverdict: " in result.out and any(bound in flat(result.out) for bound in BOUNDS)
     doc = json.loads(out.read_text())
     assert validate(doc) == [] and doc["config"]["model"] == "tinynet"
     assert doc["headspace"]["step"] == "tinynet (float32, cpu)" and doc["headspace"]["device"] == "cpu"
@@ -127,7 +127,9 @@ def test_a_model_without_torchvision_or_with_a_wrong_name_fails_clearly(cli, pho
     result = cli("doctor", photos("lmdb"), *CLI_QUICK[:-2], "--model", "resnet50")
     assert result.rc == 2
     assert "--model resnet50 (a torchvision model as the training step) needs the torchvision package" in result.err
-    assert "pip install torchvision" in result.err
+    from fastload.benchmark.torchvision_install import torchvision_install
+
+    assert f"install it: {torchvision_install(torch.__version__)} (" in result.err  # the one made for this torch
 
 
 def test_one_training_step_at_a_time():
@@ -209,8 +211,8 @@ def test_every_ratio_says_what_it_is_of_and_a_contradicted_one_is_marked():
     text = report.table()
     assert "0.62x?" in table_rows(text)["fastload lmdb"]
     assert ("× ref: a row's samples/s over those of 'torch tuned' (ref), run by run (each run's ratio to the "
-            "same round's run of it), the median of those") in text
-    assert "? fastload lmdb: its median samples/s is 1.88x 'torch tuned''s, its runs paired one by one 0.62x" in text
+            "same round's run of it), the median of those") in flat(text)
+    assert "? fastload lmdb: its median samples/s is 1.88x 'torch tuned''s, its runs paired one by one 0.62x" in flat(text)
 
 
 def test_a_step_takes_a_dict_batch_as_tune_does():

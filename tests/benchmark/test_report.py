@@ -80,13 +80,67 @@ def test_the_table_shows_rows_references_skips_and_the_verdict():
     lines = text.splitlines()
     header = next(ln for ln in lines if ln.startswith("run "))
     assert header.split()[:5] == ["run", "samples/s", "MB/s", "×", "ref"]
-    assert any(ln.startswith("torch defaults") and " ref " in ln for ln in lines)
+    assert any(ln.startswith("torch defaults") and " ref " in f"{ln} " for ln in lines)
     assert any(ln.startswith("fastload lmdb") and "2.00x" in ln for ln in lines)
-    assert any(ln.startswith("dali") and "skipped" in ln and "ImportError: no DALI" in ln for ln in lines)
+    assert any(ln.startswith("dali ") and ln.split()[1] == "skipped" for ln in lines)
+    assert "\n  dali: skipped: ImportError: no DALI\n" in text  # why, under the table
+    assert "\n  torch defaults: num_workers=0\n" in text
     assert "verdict: CPU-decode-bound" in text and "note: a note" in text
     assert "full-size JPEG decode 300/s per core × 2 cores = 600/s" in text
     markdown = made_report().table(markdown=True).splitlines()
     assert any(ln.startswith("| fastload lmdb | 160 | 4.0 | 2.00x |") for ln in markdown)
+
+
+DALI_HINT = ("MissingDependencyError: the DALI backend needs the nvidia-dali-cuda120 package, which is not "
+             "importable here (No module named 'nvidia'); install it: pip install nvidia-dali-cuda120 (or pip "
+             "install -e '.[dali]' in fastload's clone (the fastload-torch distribution)); it runs on CUDA 12 "
+             "drivers; without a GPU, its CPU operators still run the same pipeline here")
+
+
+def test_every_line_fits_a_terminal_and_a_skipped_rows_hint_goes_below_the_table():
+    """Issue 47 item 7: a skipped DALI row once put its 355-character install hint in a cell."""
+    from fastload.benchmark.machine_load import MachineLoad
+    from fastload.benchmark.text import WIDTH
+    from fastload.benchmark.training import Headspace
+
+    report = made_report()
+    report.config.update(repeats=3, model_step_ms=50.0)
+    report.runs[-1].note = DALI_HINT
+    report.runs.append(RunResult("raw reads: hdf5 shards, store, s3torchconnector ranged", "raw", "hdf5",
+                                 samples=800, batches=100, seconds=1.0, samples_per_s=812345.0, mb_per_s=12345.6,
+                                 min=700000.0, max=900000.0, wait_fraction=0.5, peak_rss_mb=12345.0,
+                                 settings="16 reads in flight, " * 8))
+    report.headspace = Headspace("resnet18 (float32, cpu)", "cpu", 123.0, 520.0, 3)
+    report.load = MachineLoad(cores=2, seconds=30.0, others_cores=1.2, steal_cores=0.0, own_cores=0.8,
+                              load_average=9.5, machine_cores=2)
+    report.compute_speedups()
+    text = report.table()
+    too_wide = [ln for ln in text.splitlines() if len(ln) > WIDTH]
+    assert not too_wide, too_wide
+    assert len(DALI_HINT) > 300 and DALI_HINT in " ".join(text.split())  # whole, in the lines below
+    table = text.split("\n\n")[1].splitlines()
+    assert table[0].startswith("run ") and "settings" not in table[0]
+    assert not any("pip install" in ln for ln in table)
+    assert any(ln.startswith("raw reads:") for ln in table)  # a long name wraps in its column
+    assert any(ln.startswith("  ") and ln.strip().endswith("ranged") for ln in table)
+    assert "machine load: other processes used 1.2 of the 2 cores" in " ".join(text.split())
+
+
+def test_stage_timings_show_their_spread_and_the_load_goes_into_the_json():
+    from fastload.benchmark.machine_load import MachineLoad
+
+    report = made_report()
+    report.stages[1].low, report.stages[1].high = 1.5e-3, 2.5e-3
+    report.load = MachineLoad(cores=2, seconds=3.0, others_cores=0.1, steal_cores=0.0, own_cores=1.5,
+                              load_average=0.4, machine_cores=2)
+    text = report.table()
+    decode = next(ln for ln in text.splitlines() if ln.startswith("  decode "))
+    assert "2.000 (1.500–2.500)" in decode
+    flat = " ".join(text.split())
+    assert "a busy machine" not in flat and "(5%) during the 3 s measured; load average 0.4 on 2 cores" in flat
+    doc = json.loads(json.dumps(report.to_dict()))
+    assert validate(doc) == [] and doc["load"]["busy"] is False and doc["load"]["others_cores"] == 0.1
+    assert doc["stages"][1]["low"] == 1.5e-3 and doc["stages"][0]["low"] is None
 
 
 def test_the_table_json_and_plot_show_the_median_and_range_of_repeats(tmp_path):

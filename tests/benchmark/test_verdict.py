@@ -15,6 +15,8 @@ class S:
     kind: str
     seconds_per_sample: float
     parallel: int = 1
+    low: float | None = None  # the fastest and slowest timing round
+    high: float | None = None
 
 
 def stages(read: float = 50e-6, decode: float = 4e-3, transform: float = 1e-3, collate: float = 20e-6,
@@ -181,3 +183,39 @@ def test_a_verdict_whose_stage_limit_is_below_the_delivered_rate_says_it_is_unsu
     assert "\n  ! unsure: " in str(doubtful)
     assert diagnose(Evidence(stages(), cores=2, batch_size=64, loader_rate=380.0)).doubt is None
 
+
+
+# --- issue 47 item 1: no verdict on noise ----------------------------------------------------------
+
+
+def test_a_stage_whose_rounds_overlap_the_next_one_is_not_named():
+    """A doctor once blamed collate at 25 ms a sample; the rerun said decode and collate 0.1 ms."""
+    noisy = stages(decode=2e-3, collate=25e-3)
+    noisy[1].low, noisy[1].high = 1.9e-3, 2.1e-3
+    noisy[3].low, noisy[3].high = 0.1e-3, 40e-3  # collate: one round hit a burst of load
+    v = diagnose(Evidence(noisy, cores=2, batch_size=64))
+    assert v.bottleneck == "cpu" and v.stage is None and v.label == "CPU-bound, too noisy to name the stage"
+    assert v.reason.startswith("collate (12.5 ms (0.05–20) a sample) and decode (")
+    assert "overlap across their timing rounds" in v.reason
+    assert not any("collate costs" in a for a in v.advice) and any("rerun on a quiet machine" in a for a in v.advice)
+    noisy[3].low, noisy[3].high = 20e-3, 40e-3  # every round of collate slower than every one of decode
+    assert diagnose(Evidence(noisy, cores=2, batch_size=64)).stage == "collate"
+
+
+def test_stage_groups_whose_rounds_overlap_name_no_bottleneck():
+    close = stages(read=5e-3, decode=4e-3, transform=0.0, collate=0.0, parallel=1)
+    close[0].low, close[0].high = 3e-3, 9e-3
+    close[1].low, close[1].high = 3.5e-3, 4.5e-3
+    v = diagnose(Evidence(close, cores=1, batch_size=64))
+    assert v.bottleneck is None and v.stage is None and v.label == "too noisy to name the bottleneck"
+    assert v.reason.startswith("reading (5 ms (3–9) a sample) and CPU work (4 ms (3.5–4.5))")
+    assert str(v).startswith("verdict: too noisy to name the bottleneck — reading (")
+    close[0].low = 4.6e-3  # no round of reading as fast as the slowest of decoding
+    assert diagnose(Evidence(close, cores=1, batch_size=64)).bottleneck == "io"
+
+
+def test_a_verdict_measured_on_a_busy_machine_says_it_is_a_hint():
+    quiet = diagnose(Evidence(stages(read=20e-3), cores=2, batch_size=64))
+    busy = diagnose(Evidence(stages(read=20e-3), cores=2, batch_size=64, machine_busy=True))
+    assert quiet.doubt is None and busy.bottleneck == quiet.bottleneck == "io"
+    assert busy.doubt.startswith("measured on a busy machine") and "\n  ! measured on a busy machine" in str(busy)

@@ -286,7 +286,7 @@ def test_decode_actors_read_a_dataset_in_the_store(cluster: Any, bucket: Bucket,
     """mode="ray" on an ``s3://`` dataset: each actor opens it from its URL on its node (the
     storage options travel with the dataset) and makes the threads mode's batches."""
     fastload.pack(photos[0], bucket.url("decode.fl"), storage_options=bucket.options)
-    ds = fastload.PackedDataset(bucket.url("decode.fl"), storage_options=bucket.options, image_size=32)
+    ds = fastload.PackedDataset(bucket.url("decode.fl"), storage_options=bucket.options, image_size=32, train=True)
     threads = fastload.DataLoader(ds, batch_size=5, shuffle=True, seed=2, mode="threads")
     remote = fastload.DataLoader(ds, batch_size=5, shuffle=True, seed=2, mode="ray", num_workers=2)
     got, want = list(remote), list(threads)

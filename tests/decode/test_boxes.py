@@ -108,16 +108,16 @@ def test_a_moved_box_bounds_its_red_pixels(detection):
 def test_box_arguments_and_misaligned_rows_are_refused(detection, tmp_path):
     path, _ = detection
     with pytest.raises(ValueError, match="not a field of boxes"):
-        fastload.PackedDataset(path, image_size=64, fields=("wh",), boxes="wh")
+        fastload.PackedDataset(path, image_size=64, train=True, fields=("wh",), boxes="wh")
     with pytest.raises(ValueError, match="pass image_size= and fields= naming 'boxes'"):
         fastload.PackedDataset(path, fields=("boxes",), boxes="boxes")
     with pytest.raises(ValueError, match="pass boxes= too"):
-        fastload.PackedDataset(path, image_size=64, fields=("boxes",), box_fields=("box_labels",))
+        fastload.PackedDataset(path, image_size=64, train=True, fields=("boxes",), box_fields=("box_labels",))
     (tmp_path / "a.png").write_bytes(picture(40, 40, [5, 5, 20, 20]))
     (tmp_path / "list.jsonl").write_text(json.dumps({"path": "a.png", "boxes": [[1, 1, 9, 9]],
                                                      "box_labels": [1, 2]}) + "\n")
     pack(tmp_path / "list.jsonl", tmp_path / "bad.fl", progress=False)
-    ds = fastload.PackedDataset(tmp_path / "bad.fl", image_size=32, fields=("boxes", "box_labels"),
+    ds = fastload.PackedDataset(tmp_path / "bad.fl", image_size=32, train=True, fields=("boxes", "box_labels"),
                                 boxes="boxes", box_fields=("box_labels",))
     with pytest.raises(CorruptRecordError, match=r"record 0 \(a.png\): 1 boxes but 2 rows of 'box_labels'"):
         ds[0]

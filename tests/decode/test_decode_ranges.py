@@ -61,14 +61,14 @@ def pngs(tmp_path):
 @pytest.mark.parametrize("image_size", [None, 16])
 def test_the_dataset_limit_not_pillows_decides(pngs, monkeypatch, image_size):
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # Pillow refuses over 2000 pixels
-    ds = fastload.PackedDataset(pngs, image_size=image_size, max_pixels=1e4)
+    ds = fastload.PackedDataset(pngs, image_size=image_size, train=True, max_pixels=1e4)
     assert ds.max_pixels == 10_000
     image, _ = ds[0]
     assert (image.size if image_size is None else tuple(image.shape)) == ((64, 48) if image_size is None
                                                                          else (3, 16, 16))
     assert Image.MAX_IMAGE_PIXELS == 5000  # raised to half the limit, as Pillow's own default is
     # Raised, never lowered: a smaller limit is applied by fastload itself.
-    small = fastload.PackedDataset(pngs, image_size=image_size, max_pixels=3000)
+    small = fastload.PackedDataset(pngs, image_size=image_size, train=True, max_pixels=3000)
     with pytest.raises(CorruptRecordError, match=r"record 1 \(a/1.png\): 64x48 = 3072 pixels is over the "
                                                  r"limit of 3000 \(possible decompression bomb\)"):
         small[1]
@@ -156,10 +156,10 @@ def test_skip_skips_and_counts_a_record_whose_crop_falls_off_the_image(tmp_path)
     write_tree(tmp_path / "src", {"a/0.png": tiny_png(1, 1), "a/1.png": make_png(8, 8, seed=2)})
     pack(tmp_path / "src", tmp_path / "ds", progress=False)
     _set_index_size(tmp_path / "ds", 0, 2, 1)
-    ds = fastload.PackedDataset(tmp_path / "ds", image_size=4, on_error="skip", decode_threads=1)
+    ds = fastload.PackedDataset(tmp_path / "ds", image_size=4, train=True, on_error="skip", decode_threads=1)
     seed = next(s for s in range(1000) if ds.pipeline.plan(0, 0, s, 2, 1).box[0] >= 1)
     with pytest.warns(SkippedRecordWarning, match=r"record 0 \(a/0.png\): the PNG is 1x1, too small"):
         batch = ds.__getitems__([(0, 0, seed), (1, 0, seed)])
     assert batch.skipped == 1 and ds.skipped == 1 and batch.labels.tolist() == [0]
     with pytest.raises(CorruptRecordError, match=r"record 0 \(a/0.png\)"):
-        fastload.PackedDataset(tmp_path / "ds", image_size=4).__getitems__([(0, 0, seed)])
+        fastload.PackedDataset(tmp_path / "ds", image_size=4, train=True).__getitems__([(0, 0, seed)])

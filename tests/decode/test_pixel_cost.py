@@ -46,7 +46,7 @@ def test_a_thin_record_over_the_bound_is_named(packed) -> None:
 
 @pytest.mark.parametrize("image_size", [None, 16])
 def test_a_thin_record_is_a_counted_skip(packed, image_size) -> None:
-    ds = fastload.PackedDataset(packed, max_pixels=350_000, on_error="skip", image_size=image_size)
+    ds = fastload.PackedDataset(packed, max_pixels=350_000, on_error="skip", image_size=image_size, train=True)
     loader = fastload.DataLoader(ds, batch_size=4, collate_fn=list, num_workers=0)
     with pytest.warns(SkippedRecordWarning, match=r"thin\.png.*a row counts as"):
         (batch,) = list(loader)

@@ -112,7 +112,7 @@ def test_widths_and_heights_are_minus_one_for_both_or_at_least_one(dataset, widt
 def test_unmeasured_sizes_are_allowed(dataset):
     _forge(dataset, "width", lambda a: a.__setitem__(4, -1))
     _forge(dataset, "height", lambda a: a.__setitem__(4, -1))
-    ds = PackedDataset(dataset, image_size=8)
+    ds = PackedDataset(dataset, image_size=8, train=True)
     assert ds.record(4)["width"] == -1 and ds[4][0].shape == (3, 8, 8)  # measured from the header
 
 
@@ -135,7 +135,7 @@ def test_labels_without_classes_are_still_checked(dataset):
 def test_large_labels_without_classes_are_valid_and_nothing_allocates_by_them(dataset):
     _without_classes(dataset)
     _forge(dataset, "label", lambda a: a.__setitem__(3, 2**62))
-    ds = PackedDataset(dataset, image_size=8)
+    ds = PackedDataset(dataset, image_size=8, train=True)
     assert ds.targets[3] == 2**62 and ds[3][1] == 2**62
     batch = ds.__getitems__([2, 3])
     assert batch.images.shape == (2, 3, 8, 8) and batch.labels.tolist()[1] == 2**62

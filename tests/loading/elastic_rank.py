@@ -14,7 +14,7 @@ import fastload
 def main(dataset: str, phase: str, batches: int, state_file: str, out: str) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    loader = fastload.DataLoader(fastload.PackedDataset(dataset, image_size=16), batch_size=2, shuffle=True,
+    loader = fastload.DataLoader(fastload.PackedDataset(dataset, image_size=16, train=True), batch_size=2, shuffle=True,
                                  drop_last=True, num_workers=0, seed=7)
     assert loader.epoch_sampler.world_size == dist.get_world_size()
     if phase == "resume":

@@ -49,7 +49,7 @@ def test_a_bad_record_in_the_threads_mode_raises_and_the_epoch_goes_on(id_packed
 
     dataset = copy_dataset(id_packed("lmdb"), tmp_path / "ds")
     flip_payload_byte(dataset, 5)
-    ds = fastload.PackedDataset(dataset, image_size=32)
+    ds = fastload.PackedDataset(dataset, image_size=32, train=True)
     loader = fastload.DataLoader(ds, batch_size=4, mode="threads")
     assert loader.settings.mode == "threads"
     it = iter(loader)

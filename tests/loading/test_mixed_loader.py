@@ -33,7 +33,7 @@ def packed(tmp_path_factory) -> tuple[str, str]:
 
 
 def mixed(packed, **shares) -> fastload.MixedDataset:
-    return fastload.MixedDataset([fastload.PackedDataset(p, image_size=16) for p in packed], **shares)
+    return fastload.MixedDataset([fastload.PackedDataset(p, image_size=16, train=True) for p in packed], **shares)
 
 
 def labels(batches) -> list[int]:
@@ -82,8 +82,8 @@ def test_a_resume_from_another_mix_is_refused(packed):
 
 
 def test_sources_that_would_not_collate_are_refused_by_name(packed):
-    a = fastload.PackedDataset(packed[0], image_size=16)
-    b = fastload.PackedDataset(packed[1], image_size=24)
+    a = fastload.PackedDataset(packed[0], image_size=16, train=True)
+    b = fastload.PackedDataset(packed[1], image_size=24, train=True)
     with pytest.raises(ValueError, match=r"source 0 \(.*a\.fl\) has image_size=\(16, 16\) but source 1 \(.*b\.fl\)"):
         fastload.MixedDataset([a, b])
     with pytest.raises(TypeError, match="source 1 is a list"):
@@ -91,7 +91,7 @@ def test_sources_that_would_not_collate_are_refused_by_name(packed):
 
 
 def test_dict_samples_and_single_reads(packed):
-    sources = [fastload.PackedDataset(p, image_size=16, fields=("image", "label")) for p in packed]
+    sources = [fastload.PackedDataset(p, image_size=16, train=True, fields=("image", "label")) for p in packed]
     ds = fastload.MixedDataset(sources, samples_per_epoch=[5, 5])
     assert len(ds) == 27 and ds.epoch_length == 10 and ds.locate(21) == (1, 1)
     assert ds[21]["label"] == 1001

@@ -126,8 +126,8 @@ def test_transform_arguments_are_checked(id_packed):
     with pytest.raises(ValueError, match="sample_transform= runs on the built-in pipeline"):
         fastload.PackedDataset(path, sample_transform=speckle)
     with pytest.raises(TypeError, match="sample_transform=3: must be a callable"):
-        fastload.PackedDataset(path, image_size=32, sample_transform=3)
-    ds = fastload.PackedDataset(path, image_size=32, sample_transform=speckle)
+        fastload.PackedDataset(path, image_size=32, train=True, sample_transform=3)
+    ds = fastload.PackedDataset(path, image_size=32, train=True, sample_transform=speckle)
     with pytest.raises(TypeError, match="batch_transform='x': must be a callable"):
         fastload.DataLoader(ds, batch_size=4, batch_transform="x")
     with pytest.raises(ValueError, match="backend='dali'.*sample_transform would not run"):

@@ -54,7 +54,7 @@ def main(dataset: str, how: str, folder: str) -> dict[str, object]:
     seen: list[int] = []
     if how.startswith("itself"):
         persistent = how == "itself-persistent"
-        ds = KillsItsWorker(dataset, image_size=16)
+        ds = KillsItsWorker(dataset, image_size=16, train=True)
         ds.kill_epoch = 1 if persistent else 0  # persistent: a whole first epoch, same workers
         loader = fastload.DataLoader(ds, batch_size=2, shuffle=False, num_workers=2,
                                      persistent_workers=persistent)
@@ -62,7 +62,7 @@ def main(dataset: str, how: str, folder: str) -> dict[str, object]:
             seen += [y for _, labels in loader for y in labels.tolist()]
         batches = iter(loader)
     else:
-        loader = fastload.DataLoader(fastload.PackedDataset(dataset, image_size=16), batch_size=1,
+        loader = fastload.DataLoader(fastload.PackedDataset(dataset, image_size=16, train=True), batch_size=1,
                                      shuffle=False, num_workers=2, prefetch_factor=1,
                                      worker_init_fn=functools.partial(note_pid, folder))
         batches = iter(loader)

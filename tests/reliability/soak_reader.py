@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
 
     lmdb_dir, hdf5_dir, seconds, seed = argv[0], argv[1], float(argv[2]), int(argv[3])
     rng = np.random.default_rng(seed)
-    decoded = fastload.PackedDataset(lmdb_dir, image_size=32, decode_threads=1)
+    decoded = fastload.PackedDataset(lmdb_dir, image_size=32, train=True, decode_threads=1)
     lmdb_raw, hdf5_raw = fastload.PackedDataset(lmdb_dir), fastload.PackedDataset(hdf5_dir)
     n = len(decoded)
     labels = decoded.targets

@@ -153,7 +153,7 @@ def bomb_dataset(tmp_path, monkeypatch) -> Path:
 
 @pytest.mark.parametrize("image_size", [None, 32])
 def test_a_decompression_bomb_is_refused_at_read_time(bomb_dataset, image_size):
-    ds = fastload.PackedDataset(bomb_dataset, image_size=image_size)
+    ds = fastload.PackedDataset(bomb_dataset, image_size=image_size, train=True)
     assert ds.record(1)["width"] == 40_000  # packed, and the header says so
     with pytest.raises(CorruptRecordError) as info:
         ds[1]
@@ -169,11 +169,11 @@ def test_max_pixels_refuses_big_images_and_skip_counts_them(tmp_path):
     write_tree(tmp_path / "src", {"big.jpg": make_jpeg(400, 300, seed=1),
                                   "small.jpg": make_jpeg(40, 30, seed=2)})
     pack(tmp_path / "src", tmp_path / "ds", progress=False)
-    ds = fastload.PackedDataset(tmp_path / "ds", image_size=16, max_pixels=50_000)
+    ds = fastload.PackedDataset(tmp_path / "ds", image_size=16, train=True, max_pixels=50_000)
     with pytest.raises(CorruptRecordError, match=r"record 0 \(big.jpg\): 400x300 = 120000 pixels is over the "
                                                  r"limit of 50000 .*raise max_pixels if you trust this data"):
         ds[0]
-    skipping = fastload.PackedDataset(tmp_path / "ds", image_size=16, max_pixels=50_000, on_error="skip")
+    skipping = fastload.PackedDataset(tmp_path / "ds", image_size=16, train=True, max_pixels=50_000, on_error="skip")
     loader = fastload.DataLoader(skipping, batch_size=2, num_workers=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedRecordWarning)

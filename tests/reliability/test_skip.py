@@ -43,7 +43,7 @@ def labels_tensor(batch: list) -> torch.Tensor:
 def test_raise_names_shard_record_and_source_path(damaged, undecodable, damage, image_size):
     bad = 9
     dataset = damaged(bad) if damage == "checksum" else undecodable(bad)
-    ds = fastload.PackedDataset(dataset, image_size=image_size)
+    ds = fastload.PackedDataset(dataset, image_size=image_size, train=True)
     assert ds.on_error == "raise"
     expected = f"{shard_of(dataset, bad)} record {bad} (img{bad:04d}.png): "
     for read in (lambda: ds[bad], lambda: ds.__getitems__([bad - 1, bad, bad + 1])):
@@ -77,7 +77,7 @@ def delivered(loader) -> tuple[list[int], list[int]]:
 def test_skip_leaves_damaged_records_out_and_counts_them(damaged, num_workers, context):
     bad = [3, 4, 17, 30]
     dataset = damaged(*bad)
-    ds = fastload.PackedDataset(dataset, image_size=24, on_error="skip")
+    ds = fastload.PackedDataset(dataset, image_size=24, train=True, on_error="skip")
     loader = fastload.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=num_workers,
                                  multiprocessing_context=context, timeout=120 if num_workers == 2 else 0)
     with warnings.catch_warnings():
@@ -93,7 +93,7 @@ def test_skip_leaves_damaged_records_out_and_counts_them(damaged, num_workers, c
 def test_skip_warns_once_per_shard_naming_the_first_record(damaged):
     dataset = damaged(0, 1, RECORDS - 1)
     assert shard_of(dataset, 0) == shard_of(dataset, 1) != shard_of(dataset, RECORDS - 1)
-    ds = fastload.PackedDataset(dataset, image_size=24, on_error="skip")
+    ds = fastload.PackedDataset(dataset, image_size=24, train=True, on_error="skip")
     loader = fastload.DataLoader(ds, batch_size=BATCH, shuffle=False, num_workers=0)
     with pytest.warns(SkippedRecordWarning) as caught:
         for _ in range(2):  # and not again in a second epoch
@@ -108,7 +108,7 @@ def test_skip_warns_once_per_shard_naming_the_first_record(damaged):
 
 def test_records_that_do_not_decode_are_skipped_too(undecodable):
     dataset = undecodable(4, 24)
-    ds = fastload.PackedDataset(dataset, image_size=24, on_error="skip", decode_threads=2)
+    ds = fastload.PackedDataset(dataset, image_size=24, train=True, on_error="skip", decode_threads=2)
     loader = fastload.DataLoader(ds, batch_size=BATCH, shuffle=False, num_workers=0)
     with pytest.warns(SkippedRecordWarning) as caught:
         ids, sizes = delivered(loader)
@@ -122,7 +122,7 @@ def test_records_that_do_not_decode_are_skipped_too(undecodable):
 def test_resume_after_a_skip_continues_where_the_loop_was(damaged):
     """The resume position counts skipped records as consumed: nothing is read twice or lost."""
     dataset = damaged(2, 7)
-    ds = fastload.PackedDataset(dataset, image_size=24, on_error="skip")
+    ds = fastload.PackedDataset(dataset, image_size=24, train=True, on_error="skip")
     loader = fastload.DataLoader(ds, batch_size=BATCH, shuffle=True, seed=5, num_workers=0)
     it = iter(loader)
     with warnings.catch_warnings():
@@ -139,7 +139,7 @@ def test_resume_after_a_skip_continues_where_the_loop_was(damaged):
 
 def test_a_batch_of_only_damaged_records_arrives_empty(damaged):
     dataset = damaged(6, 7)
-    ds = fastload.PackedDataset(dataset, image_size=24, on_error="skip")
+    ds = fastload.PackedDataset(dataset, image_size=24, train=True, on_error="skip")
     loader = fastload.DataLoader(ds, batch_size=2, shuffle=False, num_workers=0)
     with pytest.warns(SkippedRecordWarning):
         batches = list(loader)
@@ -152,7 +152,7 @@ def test_a_batch_of_only_damaged_records_arrives_empty(damaged):
 def test_single_item_access_raises_whatever_on_error_says(damaged):
     dataset = damaged(5)
     for image_size in (None, 24):
-        ds = fastload.PackedDataset(dataset, image_size=image_size, on_error="skip")
+        ds = fastload.PackedDataset(dataset, image_size=image_size, train=True, on_error="skip")
         with pytest.raises(CorruptRecordError, match=r"record 5 \(img0005.jpg\)"):
             ds[5]
         with pytest.warns(SkippedRecordWarning):
@@ -162,7 +162,7 @@ def test_single_item_access_raises_whatever_on_error_says(damaged):
 
 def test_dataset_level_damage_is_never_skipped(damaged):
     dataset = damaged()
-    ds = fastload.PackedDataset(dataset, image_size=24, on_error="skip")
+    ds = fastload.PackedDataset(dataset, image_size=24, train=True, on_error="skip")
     last = ds.manifest.shards[-1].file
     (dataset / last).unlink()  # after the open-time check: found by the first read of that shard
     with pytest.raises(ManifestError, match=last):
@@ -189,7 +189,7 @@ def test_skip_without_the_builtin_pipeline(damaged, num_workers):
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_custom_collate_fn_keeps_the_count(damaged, num_workers):
     dataset = damaged(1, 2, 20)
-    ds = fastload.PackedDataset(dataset, image_size=16, on_error="skip")
+    ds = fastload.PackedDataset(dataset, image_size=16, train=True, on_error="skip")
     loader = fastload.DataLoader(ds, batch_size=BATCH, shuffle=False, num_workers=num_workers,
                                  collate_fn=labels_only, timeout=120 if num_workers else 0)
     assert loader.collate_fn.collate_fn is labels_only
@@ -204,7 +204,7 @@ def test_a_custom_collate_fn_keeps_the_count(damaged, num_workers):
 
 @pytest.mark.filterwarnings("ignore::fastload.errors.SkippedRecordWarning")
 def test_a_collate_fn_whose_batch_cannot_carry_the_count_is_refused(damaged):
-    ds = fastload.PackedDataset(damaged(1), image_size=16, on_error="skip")
+    ds = fastload.PackedDataset(damaged(1), image_size=16, train=True, on_error="skip")
     loader = fastload.DataLoader(ds, batch_size=BATCH, num_workers=0, collate_fn=labels_tensor)
     with pytest.raises(TypeError, match="collate_fn returned a Tensor: with on_error='skip' a batch must "
                                         "be a tuple, list or dict"):
@@ -220,7 +220,7 @@ def test_counted_batches_pickle_with_their_count():
 
 
 def test_without_skip_nothing_changes_type(id_set):
-    ds = fastload.PackedDataset(id_set(), image_size=16)
+    ds = fastload.PackedDataset(id_set(), image_size=16, train=True)
     batch = next(iter(fastload.DataLoader(ds, batch_size=4, num_workers=0)))
     assert type(batch) is tuple
 
@@ -228,7 +228,7 @@ def test_without_skip_nothing_changes_type(id_set):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a lent GPU)")
 def test_pinned_batches_keep_the_count(damaged):
-    ds = fastload.PackedDataset(damaged(3, 33), image_size=16, on_error="skip")
+    ds = fastload.PackedDataset(damaged(3, 33), image_size=16, train=True, on_error="skip")
     loader = fastload.DataLoader(ds, batch_size=BATCH, num_workers=2, pin_memory=True, device="cuda")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedRecordWarning)

@@ -87,7 +87,7 @@ SLOW_SHUTDOWN = pytest.mark.reliability
 @pytest.mark.parametrize("mode", ["main", "threads", pytest.param("processes", marks=SLOW_SHUTDOWN)])
 def test_a_decode_error_keeps_its_type_and_names_the_record(undecodable, mode):
     dataset = undecodable(BAD)
-    ds = fastload.PackedDataset(dataset, image_size=16, decode_threads=2)
+    ds = fastload.PackedDataset(dataset, image_size=16, train=True, decode_threads=2)
     loader = fastload.DataLoader(ds, batch_size=4, shuffle=False, **MODES[mode])
     assert loader.settings.mode == mode
     with pytest.raises(CorruptRecordError) as info:
@@ -107,7 +107,7 @@ def test_a_user_transform_error_keeps_its_type_and_names_the_record(id_set, mode
     """A transform's own exception arrives as itself, with a note naming the record it was given."""
     dataset = id_set()
     if path == "pipeline":
-        ds = fastload.PackedDataset(dataset, image_size=16, target_transform=fail_on_bad_label)
+        ds = fastload.PackedDataset(dataset, image_size=16, train=True, target_transform=fail_on_bad_label)
         expected = f"label {BAD} cannot be mapped"
     else:
         plain = fastload.PackedDataset(dataset)
@@ -131,7 +131,7 @@ def test_a_user_transform_error_keeps_its_type_and_names_the_record(id_set, mode
 
 
 def test_an_abandoned_threads_mode_iteration_stops_its_thread(id_set):
-    ds = fastload.PackedDataset(id_set(), image_size=16)
+    ds = fastload.PackedDataset(id_set(), image_size=16, train=True)
     loader = fastload.DataLoader(ds, batch_size=2, shuffle=False, mode="threads")
     assert loader.settings.mode == "threads"
     for k, _ in enumerate(loader):
@@ -145,7 +145,7 @@ def test_an_abandoned_threads_mode_iteration_stops_its_thread(id_set):
 
 def test_an_error_after_some_batches_arrives_after_them(undecodable):
     """Threads mode decodes ahead, but the loop still gets every batch before the bad one first."""
-    ds = fastload.PackedDataset(undecodable(24), image_size=16)
+    ds = fastload.PackedDataset(undecodable(24), image_size=16, train=True)
     loader = fastload.DataLoader(ds, batch_size=4, shuffle=False)
     got = []
     with pytest.raises(CorruptRecordError, match=r"record 24 \(img0024.png\)"):

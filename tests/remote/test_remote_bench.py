@@ -88,7 +88,10 @@ def test_bench_on_store_urls_has_the_small_object_packed_and_cache_rows(store, c
     assert report["verdict"]["loader"] == "fastload lmdb, store"
     assert report["ceilings"]["store_latency_ms"] >= LATENCY * 1e3
     assert report["stages"][0]["name"] == "read (object store)"
-    assert "object store:" in done.out and "verdict: I/O-bound (object store" in done.out, done.out
+    # named where the timings' rounds allow (on a busy machine the CPU stages' may overlap the store's)
+    named = report["verdict"]["bottleneck"] is not None
+    assert "object store:" in done.out, done.out
+    assert ("verdict: I/O-bound (object store" if named else "verdict: too noisy to name the bottleneck") in done.out
     assert not list(tmp_path.glob("fastload-bench-cache-*"))  # the temporary cache is gone
 
 
@@ -139,9 +142,9 @@ def test_doctor_names_far_storage_and_the_fix(store):
     store["proxy"].latency = 0.1  # round trips that dwarf a few small pieces' transfer
     try:
         packed = doctor(store["packed"], storage_options=store["options"], duration=0.3, batch_size=8,
-                        progress=False)
+                        progress=False, repeats=1)
         objects = doctor(store["objects"], storage_options=store["options"], duration=0.3, batch_size=8,
-                         num_workers=1, progress=False)
+                         num_workers=1, progress=False, repeats=1)
     finally:
         store["proxy"].latency = LATENCY
     assert packed.verdict is not None and packed.verdict.bottleneck == "io"
@@ -159,7 +162,7 @@ def test_a_store_prefix_without_a_packed_copy_runs_the_small_objects_alone(store
     for i in range(6):
         alone.put_bytes(f"{i}.jpg", make_jpeg(40, 30, seed=i))
     report = bench(alone.url, storage_options=s3_server.storage_options(), duration=0.1, batch_size=4,
-                   torch_grid=[(1, 2)], dali=False, measure_ceilings=False, progress=False)
+                   torch_grid=[(1, 2)], dali=False, measure_ceilings=False, progress=False, repeats=1)
     assert [r.name for r in report.runs] == ["torch small objects, defaults", "torch small objects, tuned w1 pf2",
                                              "raw reads: small objects", MAP_ROW]
     assert any(f"fastload pack {alone.url} -o {alone.url}.fl" in n for n in report.notes)
@@ -179,7 +182,7 @@ def test_a_bad_object_is_left_out_up_front_and_named_as_a_local_file_would_be(s3
         objects.put_bytes(f"{i}.jpg", make_jpeg(40, 30, seed=i))
     objects.put_bytes("3.jpg", b"not a jpeg")
     report = bench(objects.url, storage_options=s3_server.storage_options(), duration=0.1, batch_size=2,
-                   torch_grid=[(1, 2)], dali=False, measure_ceilings=False, progress=False)
+                   torch_grid=[(1, 2)], dali=False, measure_ceilings=False, progress=False, repeats=1)
     assert all(r.status == "ok" for r in report.runs), [(r.name, r.status, r.error) for r in report.runs]
     assert any(n.startswith("skipped 1 file that cannot be decoded: 3.jpg (") for n in report.notes), report.notes
 

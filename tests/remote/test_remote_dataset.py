@@ -151,7 +151,7 @@ def test_a_damaged_record_in_the_store_is_skipped_and_counted(tree, s3_server, s
     shard.write_bytes(bytes(data))
     store = RemoteStore(f"s3://{s3_bucket}/damaged.fl", s3_server.storage_options())
     _upload_local(local, store)
-    remote = PackedDataset(store.url, storage_options=s3_server.storage_options(), image_size=32,
+    remote = PackedDataset(store.url, storage_options=s3_server.storage_options(), image_size=32, train=True,
                            on_error="skip", cache_dir=tmp_path / "cache")
     with pytest.warns(Warning, match="record 5"):
         batch = remote.__getitems__(list(range(8)))

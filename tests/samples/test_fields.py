@@ -60,7 +60,7 @@ def test_batches_collate_each_field_by_its_type(dataset, workers):
 
 
 def test_variable_length_fields_come_as_lists_unless_padded(dataset):
-    ds = fastload.PackedDataset(dataset, image_size=32, fields=("image", "boxes"))
+    ds = fastload.PackedDataset(dataset, image_size=32, train=True, fields=("image", "boxes"))
     batch = next(iter(fastload.DataLoader(ds, batch_size=3, shuffle=False)))
     assert isinstance(batch["boxes"], list) and [b.shape for b in batch["boxes"]] == [(0, 4), (1, 4), (2, 4)]
 
@@ -97,7 +97,7 @@ def test_skipped_records_leave_dict_batches_counted_and_dali_refuses_fields(data
 
     damaged = copy_dataset(dataset, tmp_path / "damaged.fl")
     flip_payload_byte(damaged, 3)
-    ds = fastload.PackedDataset(damaged, image_size=32, fields=("image", "caption"), on_error="skip")
+    ds = fastload.PackedDataset(damaged, image_size=32, train=True, fields=("image", "caption"), on_error="skip")
     loader = fastload.DataLoader(ds, batch_size=4, shuffle=False, mode="threads")  # the warning in this process
     with pytest.warns(fastload.errors.SkippedRecordWarning):
         batches = list(loader)
@@ -105,6 +105,6 @@ def test_skipped_records_leave_dict_batches_counted_and_dali_refuses_fields(data
     assert "photo 3" not in captions and len(captions) == len(ROWS) - 1
     assert batches[0]["image"].shape == (3, 3, 32, 32) and loader.stats()["skipped"] == 1
     with pytest.raises(ValueError, match="fields= .* need backend='torch'"):
-        fastload.DataLoader(fastload.PackedDataset(dataset, image_size=32, fields=("image",)), batch_size=2,
+        fastload.DataLoader(fastload.PackedDataset(dataset, image_size=32, train=True, fields=("image",)), batch_size=2,
                             backend="dali")
 

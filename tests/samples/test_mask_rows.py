@@ -129,7 +129,7 @@ def test_a_damaged_stored_mask_is_named(packed, tmp_path):
         f.seek(start + HEADER.size + 3)
         f.write(b"\xff\xff")
     with pytest.raises(CorruptRecordError, match=r"record 6 \(6.png\) field 'mask': checksum mismatch"):
-        fastload.PackedDataset(tmp_path / "d.fl", image_size=SIZE, fields=("mask",))[6]
+        fastload.PackedDataset(tmp_path / "d.fl", image_size=SIZE, train=True, fields=("mask",))[6]
     report = fastload.verify(tmp_path / "d.fl")
     assert [(bad.record, bad.field) for bad in report.bad] == [(6, "mask")]
     stored = mask_rows(np.zeros((5, 60), dtype=np.uint8))  # 5 runs, one a row

@@ -178,8 +178,9 @@ def test_a_damaged_mask_is_named_or_skipped(segmentation, tmp_path):
         f.seek(start + 8)
         f.write(b"\0" * 8)  # the PNG's header chunk: the checksum fails first
     with pytest.raises(CorruptRecordError, match=r"record 6 \(6.png\) field 'mask': checksum mismatch"):
-        fastload.PackedDataset(tmp_path / "d.fl", image_size=SIZE, fields=("mask",))[6]
-    skipping = fastload.PackedDataset(tmp_path / "d.fl", image_size=SIZE, fields=("image", "mask"), on_error="skip")
+        fastload.PackedDataset(tmp_path / "d.fl", image_size=SIZE, train=True, fields=("mask",))[6]
+    skipping = fastload.PackedDataset(tmp_path / "d.fl", image_size=SIZE, train=True, fields=("image", "mask"),
+                                      on_error="skip")
     loader = fastload.DataLoader(skipping, batch_size=N, mode="threads")  # the warning in this process
     with pytest.warns(fastload.errors.SkippedRecordWarning, match="field 'mask'"):
         batch = next(iter(loader))
