@@ -16,7 +16,7 @@ def tune_command(args: argparse.Namespace) -> int:
     dataset = PackedDataset(args.path, image_size=args.image_size, train=not args.eval,
                             storage_options=storage_options(args))
     settings = tune(dataset, batch_size=args.batch_size, batches=args.batches, step=_tune_step(args),
-                    progress=False if args.quiet else None)
+                    repeats=args.repeats, progress=False if args.quiet else None)
     if args.json:
         print(json.dumps({"num_workers": settings.num_workers, "prefetch_factor": settings.prefetch_factor,
                           "pin_memory": settings.pin_memory, "mode": settings.mode,
@@ -49,7 +49,7 @@ def doctor_command(args: argparse.Namespace) -> int:
     _check_plot(args)
     report = doctor(args.src, batch_size=args.batch_size, image_size=args.image_size,
                     num_workers=args.num_workers, duration=args.duration, samples=args.samples,
-                    cold=args.cold, model_step=_model_step(args), model=args.model,
+                    cold=args.cold, model_step=_model_step(args), model=args.model, repeats=args.repeats,
                     progress=False if args.quiet else None, storage_options=storage_options(args))
     return _report(report, args)
 

@@ -192,7 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image-size", type=int, default=224, help="crop side in pixels (default 224)")
     p.add_argument("--eval", action="store_true", help="tune the eval pipeline (default: train)")
     p.add_argument("--batches", type=int, default=6,
-                   help="timed batches per run of a candidate; each runs 3 times, interleaved (default 6)")
+                   help="timed batches per run of a candidate (default 6)")
+    _add_repeats_option(p, "runs of each candidate, interleaved; a choice only where their ranges do not "
+                           "overlap")
     _add_step_options(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
@@ -205,9 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--packed", action="append", default=[], metavar="DATASET",
                    help="a packed dataset of SRC's files, a path or a URL (repeat for LMDB and HDF5)")
     _add_measure_options(p, duration=2.0)
-    p.add_argument("--repeats", type=_at_least_one, default=3, metavar="N",
-                   help="runs of each row, interleaved (A, B, C, A, B, C, ...); rows show the median "
-                        "and the range, ratios are paired run by run (default 3)")
+    _add_repeats_option(p, "runs of each row, interleaved (A, B, C, A, B, C, ...); rows show the median "
+                           "and the range, ratios are paired run by run")
     p.add_argument("--stages", action="store_true",
                    help="also print the stages section: each stage of the loader timed alone (the "
                         "verdict drawn from them is printed either way)")
@@ -228,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_measure_options(p, duration=2.0)
     p.add_argument("--num-workers", type=int, default=None,
                    help="your loader's num_workers (folder default: one per core; packed: auto)")
+    _add_repeats_option(p, "runs of the loader under the step, interleaved; a bottleneck is named only "
+                           "where the timings' ranges allow")
     _add_storage_option(p)
     p.set_defaults(run=doctor_command)
     return parser
+
+
+def _add_repeats_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--repeats", type=_at_least_one, default=3, metavar="N", help=f"{what} (default 3)")

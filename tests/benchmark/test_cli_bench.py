@@ -179,9 +179,10 @@ def test_tune_prints_the_settings_and_the_grid(cli, photos, monkeypatch):
     assert "\n  measured: samples/s, the median of 3 runs (slowest–fastest): " in result.out
     assert "\n  machine load: other processes used " in result.out
     result = cli("tune", photos("lmdb"), "--batch-size", "4", "--image-size", "32", "--batches", "1",
-                 "--json")
+                 "--repeats", "2", "--json")
     doc = json.loads(result.out)
     assert doc["mode"] in ("main", "threads", "processes") and "tune" in doc["reasons"]
+    assert doc["reasons"]["measured"].startswith("samples/s, the median of 2 runs")  # --repeats reached tune
     missing = cli("tune", photos("folder"))
     assert missing.rc == 2 and "is a folder of images, not a packed dataset; pack it with" in missing.err
 
