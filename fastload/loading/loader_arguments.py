@@ -127,12 +127,13 @@ def _rank_and_world(distributed: bool | None) -> tuple[int, int]:
 
 def collate_for(dataset: Any, collate_fn: Any, batching: bool) -> Any:
     """The collate function: the one given, else the one ``dataset``'s samples need (the built-in
-    pipeline's, or its fields'); for an ``on_error="skip"`` dataset, one that passes on skips."""
+    pipeline's, or its fields'); for an ``on_error="skip"`` dataset (or one with a pixel cache),
+    one that passes on its counts."""
     if collate_fn is None and batching and uses_builtin_pipeline(dataset):
         collate_fn = collate_images  # unbatched, torch converts each sample: keep its default
     elif collate_fn is None and batching and getattr(dataset, "fields", None) and callable(
             getattr(dataset, "collate", None)):
         collate_fn = dataset.collate  # a PackedDataset's dict samples, collated by their fields' types
-    if batching and getattr(dataset, "on_error", None) == "skip":
-        collate_fn = keep_skips(collate_fn)  # each batch carries its skip count to stats()
+    if batching and (getattr(dataset, "on_error", None) == "skip" or getattr(dataset, "pixel_cache", None)):
+        collate_fn = keep_skips(collate_fn)  # each batch carries its skip (and pixel cache) counts to stats()
     return collate_fn
