@@ -8,6 +8,7 @@ flipped and written into the batch by the native resampler, which reads only the
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -72,7 +73,7 @@ class BatchPixels:
         if offset is None:
             self.outcome[k] = MISS
             return False
-        pixels = np.empty((stored_h, stored_w, 3), dtype=np.uint8)
+        pixels = _scratch(size).reshape(stored_h, stored_w, 3)
         try:
             # The whole image at the largest JPEG reduction that leaves the stored size, resized to it.
             decode_crop(payload, CropPlan((0, 0, width, height), (stored_h, stored_w)), out=pixels,
@@ -94,6 +95,18 @@ class BatchPixels:
         hits = int((self.outcome == HIT).sum())
         stored = int((self.outcome == STORED).sum())
         return hits, int((self.outcome == MISS).sum()) + stored, stored
+
+
+_local = threading.local()
+
+
+def _scratch(size: int) -> np.ndarray:
+    """``size`` bytes this thread reuses for each image it stores (a fresh 250 KB buffer an image
+    would be mapped and faulted in anew each time)."""
+    buffer = getattr(_local, "buffer", None)
+    if buffer is None or len(buffer) < size:
+        buffer = _local.buffer = np.empty(max(size, 1 << 20), dtype=np.uint8)
+    return buffer[:size]
 
 
 def _crop_stored(pixels: np.ndarray, plan: CropPlan, width: int, height: int, out: np.ndarray) -> None:

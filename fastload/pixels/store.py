@@ -193,8 +193,10 @@ class PixelStore:
                         return False  # the limit: what is stored stays, the rest decodes as without
                     chunk = max(size, chunk // 4)
                 disk = os.statvfs(self.root)
-                if disk.f_bavail - -(-chunk // disk.f_frsize) < KEEP_FREE * disk.f_blocks:
+                room = int((disk.f_bavail - KEEP_FREE * disk.f_blocks) * disk.f_frsize) // ALIGN * ALIGN
+                if room < size:
                     raise OSError(errno.ENOSPC, f"under {KEEP_FREE:.0%} of its disk would be left free")
+                chunk = min(chunk, room)  # what the disk has room for, while it has room for this one
                 _reserve(handles.file(start // SEGMENT_BYTES), chunk, emulated=False, offset=start % SEGMENT_BYTES)
                 handles.header[H_RESERVED] = start + chunk
         except OSError as exc:

@@ -169,3 +169,41 @@ def test_the_default_folder_is_in_the_node_cache_folder(photos, tmp_path, monkey
     ds.__getitems__([0, 1])
     meta = json.loads(next((tmp_path / "elsewhere").glob("*/meta.json")).read_text())
     assert meta["dataset"] == str(photos) and meta["records"] == RECORDS and meta["key"]["side"] == 256
+
+
+@pytest.fixture(scope="module")
+def segmented(tmp_path_factory):
+    """Images with a mask file field (stored as rows) and boxes, larger than the stored size."""
+    from fastload.converters import pack
+    from tests.samples.test_masks import scene
+
+    root = tmp_path_factory.mktemp("segmented")
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(10):
+        width, height = int(rng.integers(260, 420)), int(rng.integers(260, 420))
+        x0, y0 = int(rng.integers(0, width - 90)), int(rng.integers(0, height - 90))
+        rect = [x0, y0, x0 + int(rng.integers(40, 90)), y0 + int(rng.integers(40, 90))]
+        image, mask, _ = scene(width, height, rect)
+        (root / f"{i}.png").write_bytes(image)
+        (root / f"{i}.mask.png").write_bytes(mask)
+        rows.append({"path": f"{i}.png", "label": i % 2, "mask": f"{i}.mask.png", "boxes": [rect],
+                     "box_labels": [i]})
+    (root / "list.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pack(root / "list.jsonl", root / "s.fl", file_columns=("mask",), progress=False)
+    return root / "s.fl"
+
+
+def test_masks_and_boxes_follow_crops_from_the_cache(segmented, tmp_path):
+    kw = {"image_size": 96, "fields": ("image", "mask", "boxes", "box_labels", "label"), "boxes": "boxes",
+          "box_fields": ("box_labels",)}
+    loader = DataLoader(PackedDataset(segmented, pixel_cache=tmp_path, **kw), batch_size=4, seed=6)
+    plain = DataLoader(PackedDataset(segmented, **kw), batch_size=4, seed=6)
+    for epoch in range(2):
+        for got, want in zip(loader, plain):
+            assert torch.equal(got["mask"], want["mask"]) and torch.equal(got["label"], want["label"])
+            assert all(torch.equal(a, b) for a, b in zip(got["boxes"], want["boxes"]))
+            assert all(torch.equal(a, b) for a, b in zip(got["box_labels"], want["box_labels"]))
+            assert (got["image"].int() - want["image"].int()).abs().float().mean() <= 2.0
+        stats = loader.stats(reset=True)["pixel_cache"]
+        assert stats["hits" if epoch else "stored"] == 10
