@@ -23,6 +23,9 @@ def check_transform_and_backend(dataset: Any, backend: str, batch_transform: Any
     if backend in GPU_DECODE and getattr(dataset, "sample_transform", None) is not None:
         raise ValueError(f"backend={backend!r} decodes the batch itself, so the dataset's sample_transform "
                          "would not run; use batch_transform= (on the device), or backend='torch'")
+    if backend in GPU_DECODE and getattr(dataset, "pixel_cache", None) is not None:
+        raise ValueError(f"backend={backend!r} decodes the JPEGs itself, so the dataset's pixel_cache would not "
+                         "be used; drop pixel_cache=, or use backend='torch' (which crops the cached pixels)")
     if backend in GPU_DECODE and getattr(dataset, "fields", None):
         raise ValueError(f"backend={backend!r} delivers (images, labels) batches; the dataset's fields= (dict "
                          "samples) need backend='torch'")

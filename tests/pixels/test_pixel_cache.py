@@ -207,3 +207,20 @@ def test_masks_and_boxes_follow_crops_from_the_cache(segmented, tmp_path):
             assert (got["image"].int() - want["image"].int()).abs().float().mean() <= 2.0
         stats = loader.stats(reset=True)["pixel_cache"]
         assert stats["hits" if epoch else "stored"] == 10
+
+
+def test_a_mix_of_cached_datasets_counts_every_source(photos, tmp_path):
+    half = cached(photos, tmp_path / "a").subset(range(RECORDS // 2))
+    mixed = fastload.MixedDataset([half, cached(photos, tmp_path / "b", pixel_side=200)])
+    loader = DataLoader(mixed, batch_size=8, shuffle=True, seed=1)
+    for epoch in range(2):
+        assert sum(len(y) for _, y in loader) == RECORDS + RECORDS // 2
+        stats = loader.stats(reset=True)["pixel_cache"]
+        assert stats["hits" if epoch else "stored"] == RECORDS + RECORDS // 2
+    assert stats["bytes"] == half.pixel_cache.bytes() + mixed.sources[1].pixel_cache.bytes() > 0
+
+
+@pytest.mark.parametrize("backend", ["dali", "nvimgcodec"])
+def test_a_gpu_decode_backend_refuses_a_cached_dataset(photos, tmp_path, backend):
+    with pytest.raises(ValueError, match="pixel_cache would not be used"):
+        DataLoader(cached(photos, tmp_path), batch_size=4, backend=backend)
