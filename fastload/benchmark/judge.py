@@ -14,6 +14,7 @@ from fastload.benchmark.far import StoreObjects, StoreSpeed, objects_store_speed
 from fastload.benchmark.inputs import Inputs
 from fastload.benchmark.loader_under_test import loader_spec, packed_dataset, sequential
 from fastload.benchmark.monitor import Progress
+from fastload.benchmark.pixel_row import pixel_cache_need
 from fastload.benchmark.report import BenchReport
 from fastload.benchmark.runs import Limits, ModelStep, RunResult, run_all
 from fastload.benchmark.stages import PackedProbe, Probe, Stage, make_cold, measure_stages
@@ -89,7 +90,8 @@ def judge(report: BenchReport, inputs: Inputs, probe: Probe, loader: Any, run: R
         store_bound=store.bound if store else None, store_latency_s=store.latency_s if store else None,
         store_mb_s=store.mb_s if store else None, cached=_cached(probe),
         dataset_bytes=_dataset_bytes(probe), cache_limit=_cache_limit(probe), cuda=torch.cuda.is_available(),
-        nvimgcodec_installed=torch.cuda.is_available() and _importable("nvidia.nvimgcodec")))
+        nvimgcodec_installed=torch.cuda.is_available() and _importable("nvidia.nvimgcodec"),
+        pixel_cache=pixel_cache_need(probe.dataset, image_size) if isinstance(probe, PackedProbe) else None))
     report.verdict = replace(verdict, loader=run.name.removeprefix("doctor: "))
 
 

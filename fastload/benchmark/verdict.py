@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from fastload.benchmark.pixel_row import pixel_cache_advice
+
 Bottleneck = Literal["io", "cpu", "transfer", "model"]
 MODEL_BOUND_WAIT = 0.10
 """The loop waiting for data at most this fraction of its time is model-bound."""
@@ -59,6 +61,7 @@ class Evidence:
         cache_limit: the bytes the node cache may hold (None: no cache, or not in a store).
         cuda: a CUDA device is here (GPU decode is advice only then).
         nvimgcodec_installed: nvImageCodec imports here: GPU decode is ``backend='nvimgcodec'``.
+        pixel_cache: a packed dataset's ``(bytes its pixel cache would take, bytes free there, side)``.
     """
 
     stages: Sequence[StageLike]
@@ -81,6 +84,7 @@ class Evidence:
     cache_limit: int | None = None
     cuda: bool = False
     nvimgcodec_installed: bool = False
+    pixel_cache: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -286,7 +290,7 @@ def _advice(e: Evidence, group: str, worst: StageLike) -> list[str]:
                "std=...) copies 4× fewer bytes than float32",
                "copy on a side stream one batch ahead (fastload.DataLoader(device='cuda'))"]
     elif worst.name.startswith("decode"):
-        out = [more_workers, None if e.reduced_decode else _reduced_advice(e),
+        out = [more_workers, None if e.reduced_decode else _reduced_advice(e), pixel_cache_advice(e.pixel_cache),
                "pre-resize at pack time: `fastload pack SRC --max-side 320` (smaller JPEGs decode faster; "
                "lossy, recorded in the manifest)",
                _gpu_decode_advice(e)]

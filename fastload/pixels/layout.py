@@ -102,3 +102,17 @@ class Entries:
         self.height = (second & np.uint64(0xFFFF)).astype(np.int64)
         self.image_width = (third & np.uint64(0xFFFFFFFF)).astype(np.int64)
         self.image_height = (third >> np.uint64(32)).astype(np.int64)
+
+
+def folder_bytes(widths: np.ndarray, heights: np.ndarray, side: int) -> int:
+    """Bytes a folder takes once every image of these sizes is stored at ``side`` (its index and
+    pixels; an image of unknown size, -1, counted as the mean of the others)."""
+    widths, heights = np.asarray(widths, dtype=np.int64), np.asarray(heights, dtype=np.int64)
+    known = (widths > 0) & (heights > 0)
+    short, long = np.minimum(widths, heights)[known], np.maximum(widths, heights)[known]
+    scaled = short > side
+    long = np.where(scaled, (side * long / np.maximum(short, 1)).astype(np.int64), long)
+    short = np.where(scaled, side, short)
+    each = -(-3 * short * long // ALIGN) * ALIGN
+    data = int(each.sum()) + (int(each.mean()) * int((~known).sum()) if known.any() else 0)
+    return index_bytes(len(widths)) + data
