@@ -100,7 +100,8 @@ def child(args: argparse.Namespace) -> int:
     batches = loader(args, args.work / "full" if args.child == "cache" else None)
     with PeakMemory() as peak:
         rates = [epoch(batches) for _ in range(3)]
-    print(json.dumps({"epochs": rates, "memory": peak.figures()}))
+    print(json.dumps({key: [r[key] for r in rates] for key in ("samples_per_s", "samples_per_cpu_s")}
+                     | {"memory": peak.figures()}))
     return 0
 
 
@@ -138,6 +139,20 @@ def summary(runs: dict[str, list[dict[str, float]]]) -> dict[str, float]:
             "projection_16_cores_over_step": {row: 16 * rate / STEP_RATE for row, rate in per_cpu.items()}}
 
 
+def against_ffcv(rounds: list[dict]) -> dict:
+    """FFCV's RAW fields against the pixel cache, epochs >= 2 of each round, paired round by round."""
+    def paired(key: str) -> float:
+        return statistics.median(statistics.median(r["cache"][key][1:]) / statistics.median(r["ffcv"][key][1:])
+                                 for r in rounds)
+
+    return {"rounds": rounds, "ffcv": rounds[0]["ffcv"]["ffcv"], "beton_bytes": rounds[0]["ffcv"]["beton_bytes"],
+            "cache_over_ffcv_samples_per_s": paired("samples_per_s"),
+            "cache_over_ffcv_samples_per_cpu_s": paired("samples_per_cpu_s"),
+            "ffcv_samples_per_s": statistics.median(statistics.median(r["ffcv"]["samples_per_s"][1:]) for r in rounds),
+            "peak_rss_mb": {who: max(r[who]["memory"]["rss_mb"] for r in rounds) for who in ("cache", "ffcv")},
+            "peak_anon_mb": {who: max(r[who]["memory"]["anon_mb"] for r in rounds) for who in ("cache", "ffcv")}}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
@@ -162,11 +177,17 @@ def main(argv: list[str] | None = None) -> int:
     me = [str(Path(__file__).resolve()), str(args.dataset), "--work", str(args.work),
           "--batch-size", str(args.batch_size)]
     if not args.no_memory:
-        result["memory"] = {row: in_process(args, *me, "--child", row) for row in ("jpeg", "cache")}
-    if args.ffcv_python:
-        beton = args.work / "photos-raw256.beton"
-        result["ffcv"] = in_process(args, str(BENCH / "ffcv_raw_row.py"), str(args.photos), str(beton),
-                                    "--batch-size", str(args.batch_size), python=str(args.ffcv_python))
+        result["memory"] = {"jpeg": in_process(args, *me, "--child", "jpeg")}
+        ffcv = [str(BENCH / "ffcv_raw_row.py"), str(args.photos), str(args.work / "photos-raw256.beton"),
+                "--batch-size", str(args.batch_size)]
+        rounds = []
+        for _ in range(2 if args.ffcv_python else 1):  # ours and FFCV's in turn, each in a process of its own
+            rounds.append({"cache": in_process(args, *me, "--child", "cache")})
+            if args.ffcv_python:
+                rounds[-1]["ffcv"] = in_process(args, *ffcv, python=str(args.ffcv_python))
+        result["memory"]["cache"] = rounds[0]["cache"]
+        if args.ffcv_python:
+            result["ffcv"] = against_ffcv(rounds)
     result["machine"]["loadavg_after"] = os.getloadavg()
     print(json.dumps(result["summary"], indent=2))
     if args.json:
