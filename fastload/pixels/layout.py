@@ -16,6 +16,8 @@ the data files end to end), stored last with release order (pixel_native.c).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 PIXEL_FORMAT = 1
@@ -89,11 +91,11 @@ def with_generation(word0: int, generation: int) -> int:
 
 class Entries:
     """A batch's entries (``ENTRY_WORDS`` uint64 columns, one row for each of ``records``) as
-    named columns."""
+    named columns; ``handles``: the process's handles on the folder they were read from."""
 
-    def __init__(self, words: np.ndarray, records: np.ndarray) -> None:
+    def __init__(self, words: np.ndarray, records: np.ndarray, handles: Any = None) -> None:
         first, second, third = words[:, 0], words[:, 1], words[:, 2]
-        self.words, self.records = words, records
+        self.words, self.records, self.handles = words, records, handles
         self.present = (first & np.uint64(PRESENT)) != 0
         self.offset = (first & np.uint64(OFFSET_MASK)).astype(np.int64) * ALIGN
         self.generation = ((first >> np.uint64(GEN_SHIFT)) & np.uint64(GEN_MASK)).astype(np.int64)

@@ -74,13 +74,13 @@ class PixelStore:
         records = np.ascontiguousarray(records, dtype=np.int64)
         words = np.empty((len(records), ENTRY_WORDS), dtype=np.uint64)
         pixel_entries(handles.index, HEADER_BYTES, records, words)
-        return Entries(words, records)
+        return Entries(words, records, handles)
 
     def pixels(self, entries: Entries, k: int) -> np.ndarray | None:
         """The stored pixels of the ``k``-th of ``entries`` (an HWC view of the mapped data file:
         only the pages a crop reads are touched), or None when they cannot be trusted or read."""
-        handles = self._handles
-        if handles is None or not entries.present[k]:
+        handles = entries.handles  # the folder they were read from, whatever was opened since
+        if not entries.present[k]:
             return None
         offset, width, height = int(entries.offset[k]), int(entries.width[k]), int(entries.height[k])
         size, start = width * height * 3, offset % SEGMENT_BYTES
