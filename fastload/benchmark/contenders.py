@@ -171,7 +171,8 @@ def fastload_rows(packed: Sequence[Path], batch_size: int, image_size: int, cold
             return DataLoader(ds, batch_size=batch_size, shuffle=True, **{**placed, **extra})
         rows.append(RunSpec(f"fastload {manifest.storage}", "fastload", manifest.storage, make,
                             settings_text, size, prepare=prepare))
-        rows.append(pixel_cache_row(path, manifest.storage, batch_size, image_size, size, cold, placed))
+        rows.append(pixel_cache_row(path, manifest.storage, batch_size, image_size, size, cold, placed,
+                                    settings_text))
         for kwargs in variants:
             label = " ".join(f"{k}={v}" for k, v in kwargs.items())
             rows.append(RunSpec(f"fastload {manifest.storage}, {label}", "fastload", manifest.storage,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,9 @@ def _folder() -> str:
 
 
 def pixel_cache_row(path: Path, storage: str, batch_size: int, image_size: int, size: float, cold: bool,
-                    placed: dict[str, Any]) -> RunSpec:
-    """The row of ``path``'s train pipeline with a pixel cache (``placed``: where batches go)."""
+                    placed: dict[str, Any], settings_text: Callable[[Any], str]) -> RunSpec:
+    """The row of ``path``'s train pipeline with a pixel cache (``placed``: where batches go;
+    ``settings_text``: a loader's settings in words, as the other fastload rows say them)."""
     from fastload.dataset import PackedDataset
     from fastload.loading.loader import DataLoader
 
@@ -45,8 +47,6 @@ def pixel_cache_row(path: Path, storage: str, batch_size: int, image_size: int, 
             drop_cache([*shard_files(path), *Path(_folder()).rglob("data-*")])
 
     def settings(loader: Any) -> str:
-        from fastload.benchmark.contenders import settings_text
-
         cache = loader.dataset.pixel_cache
         return (f"{settings_text(loader)}; epoch >= 2 of a pixel cache at {cache.side} px: "
                 f"{format_size(cache.bytes() / max(1, len(loader.dataset)))} an image on disk")
