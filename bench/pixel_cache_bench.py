@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--quality-records", type=int, default=512, help="records compared for crop differences")
     p.add_argument("--ffcv-python", type=Path, help="python of an environment with ffcv 1.0.2")
+    p.add_argument("--ffcv-rounds", type=int, default=4, help="rounds of the cache's and FFCV's rows in turn")
     p.add_argument("--no-memory", action="store_true", help="leave out the peak memory rows (a process each)")
     p.add_argument("--json", type=Path)
     p.add_argument("--child", choices=("jpeg", "cache"), help=argparse.SUPPRESS)
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         ffcv = [str(BENCH / "ffcv_raw_row.py"), str(args.photos), str(args.work / "photos-raw256.beton"),
                 "--batch-size", str(args.batch_size)]
         rounds = []
-        for _ in range(2 if args.ffcv_python else 1):  # ours and FFCV's in turn, each in a process of its own
+        for _ in range(args.ffcv_rounds if args.ffcv_python else 1):  # ours and FFCV's in turn, a process each
             rounds.append({"cache": in_process(args, *me, "--child", "cache")})
             if args.ffcv_python:
                 rounds[-1]["ffcv"] = in_process(args, *ffcv, python=str(args.ffcv_python))
