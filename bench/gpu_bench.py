@@ -54,8 +54,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
                    help="num_workers of torch and of fastload's processes row (default: one per core)")
     p.add_argument("--rows", nargs="+", default=["torch", "auto"],
-                   choices=["torch", "auto", "threads", "processes", "nvimgcodec", "nvimgcodec-split", "ray"],
-                   help="torch's loader, and fastload with its auto settings, an explicit mode, or GPU decode")
+                   choices=["torch", "auto", "threads", "processes", "nvimgcodec", "nvimgcodec-split", "ray",
+                            "pixel-cache"],
+                   help="torch's loader, and fastload with its auto settings, an explicit mode, GPU decode, "
+                        "or auto settings on a pixel cache filled by an untimed epoch first (epoch >= 2)")
+    p.add_argument("--pixel-cache", type=Path, default=Path(__file__).parent / "data" / "pixel-cache-gpu",
+                   help="the pixel-cache row's folder")
     p.add_argument("--model", default="small",
                    help="the model step: 'small' (a ResNet-18-shaped stack written here) or a torchvision "
                         "model name (resnet50, resnet18, ...), bf16 autocast and channels-last")
@@ -113,7 +117,11 @@ def torch_batches(images: Path, args: argparse.Namespace) -> Iterable[tuple[torc
 
 def fastload_batches(packed: Path, args: argparse.Namespace, mode: str) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
     """fastload's loop: auto settings (or ``mode``), delivered on the GPU and normalised there."""
-    dataset = fastload.PackedDataset(packed, image_size=args.image_size, train=True)
+    cache = args.pixel_cache if mode == "pixel-cache" else None
+    dataset = fastload.PackedDataset(packed, image_size=args.image_size, train=True, pixel_cache=cache)
+    if cache is not None and not dataset.pixel_cache.store.entries(range(len(dataset))).present.all():
+        for _ in fastload.DataLoader(dataset, batch_size=args.batch_size):  # epoch 1 fills it, untimed
+            pass
     if mode == "nvimgcodec":  # the GPU decodes every sample
         explicit: dict[str, Any] = {"backend": "nvimgcodec", "num_workers": 0}
     elif mode == "nvimgcodec-split":  # worker processes (one per core) decode a share of each batch
@@ -121,7 +129,8 @@ def fastload_batches(packed: Path, args: argparse.Namespace, mode: str) -> Itera
     elif mode == "ray":  # decode actors on the cluster
         explicit = {"mode": "ray", "num_workers": args.ray_workers, "ray_address": args.ray_address}
     else:
-        explicit = {} if mode == "auto" else {"mode": mode, "num_workers": args.workers if mode == "processes" else 0}
+        explicit = {} if mode in ("auto", "pixel-cache") else {
+            "mode": mode, "num_workers": args.workers if mode == "processes" else 0}
     # Persistent workers, as torch's row has: 6,000 photos are 23 batches, and a loader that forked
     # 16 workers again each epoch would time their start, not their decode.
     def make(**more: Any) -> fastload.DataLoader:

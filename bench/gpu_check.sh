@@ -57,9 +57,9 @@ timeout 60 python3 bench/nvimgcodec_profile.py /tmp/photos.fl --batches 8 --vari
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
 log "bench: data and a ResNet-18-shaped step"
-timeout 150 python3 bench/gpu_bench.py /tmp/photos --packed /tmp/photos.fl --seconds "$SECONDS_PER_RUN" --repeats 1 \
-    --rows torch processes nvimgcodec nvimgcodec-split --model small --json "$OUT/gpu-$stamp-small.json" 2>&1 \
-    | grep -v "^  fastload {" | tail -16
+timeout 180 python3 bench/gpu_bench.py /tmp/photos --packed /tmp/photos.fl --seconds "$SECONDS_PER_RUN" --repeats 1 \
+    --rows torch processes nvimgcodec nvimgcodec-split pixel-cache --model small --json "$OUT/gpu-$stamp-small.json" 2>&1 \
+    | grep -v "^  fastload {" | tail -19
 log "bench: ResNet-50"
 timeout 80 python3 bench/gpu_bench.py /tmp/photos --packed /tmp/photos.fl --seconds "$SECONDS_PER_RUN" --repeats 1 \
     --rows processes nvimgcodec nvimgcodec-split --steps model --model resnet50 --json "$OUT/gpu-$stamp-resnet50.json" 2>&1 \

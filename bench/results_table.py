@@ -159,6 +159,20 @@ def _crops(data: dict[str, Any]) -> str:
     return ", ".join(f"{name} {_median(ms):.2f} ms" for name, ms in data["ms_per_sample"].items()) + " a sample"
 
 
+def _pixel_cache(data: dict[str, Any]) -> str:
+    rate = {row: _median([r["samples_per_s"] for r in runs]) for row, runs in data["runs"].items()}
+    s = data["summary"]
+    text = (f"epoch ≥ 2: pixel cache {_rate(rate['cache'])}, JPEG path {_rate(rate['jpeg'])} "
+            f"({_x(s['cache_over_jpeg_samples_per_s'])}; per CPU-second {_x(s['cache_over_jpeg_samples_per_cpu_s'])}); "
+            f"epoch 1 filling it: {_x(s['fill_cpu_over_jpeg_epoch_cpu'])} the CPU; "
+            f"{data['disk']['cache_bytes_per_image'] / 1e3:.0f} KB an image; "
+            f"val crops {data['val_difference']['mean_abs_levels']:.2f} levels apart")
+    ffcv = data.get("ffcv")
+    return text + (f"; FFCV RAW fields at the same size: the cache {_x(ffcv['cache_over_ffcv_samples_per_s'])} "
+                   f"their samples/s, peak RSS {ffcv['peak_rss_mb']['cache']:,.0f} MB against "
+                   f"{ffcv['peak_rss_mb']['ffcv']:,.0f}" if ffcv else "")
+
+
 def _litdata(data: dict[str, Any]) -> str:
     return f"{data['competitor']}: " + ", ".join(f"{row['name']} {_rate(row['rate'])}" for row in data["rows"])
 
@@ -195,6 +209,7 @@ READERS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {  # in the ta
     "threads-shared": ("decode threads, shared cores", _threads),
     "crops": ("crop decode", _crops),
     "restarts": ("restart markers", _restarts),
+    "pixel-cache": ("decode once: the pixel cache", _pixel_cache),
     "transform": ("your augmentations", _named_runs),
     "fields": ("samples with fields", _named_runs),
     "gpu": ("a real GPU fed", _gpu),

@@ -134,3 +134,18 @@ def cache_dir(given: str | os.PathLike[str] | None) -> str:
         return os.path.abspath(env)
     base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "fastload")
+
+
+PIXEL_CACHE_LIMIT = "200GB"
+"""Default bound of the pixel cache (``pixel_cache_limit=``): every dataset's decoded pixels on
+this node together. ImageNet-1k's train set at the default 256 px takes ~330 GB; what does not fit
+decodes as without a cache."""
+
+
+def pixel_cache_dir(given: str | os.PathLike[str] | bool | None) -> str:
+    """The pixel cache folder: ``given`` (a path), else ``FASTLOAD_PIXEL_CACHE_DIR``, else
+    ``pixels`` in the node cache folder (see :func:`cache_dir`). One folder per node."""
+    if given is not None and not isinstance(given, bool):
+        return os.path.abspath(os.fspath(given))
+    env = os.environ.get("FASTLOAD_PIXEL_CACHE_DIR", "").strip()
+    return os.path.abspath(env) if env else os.path.join(cache_dir(None), "pixels")

@@ -10,12 +10,13 @@ from typing import Any, Literal
 import numpy as np
 import torch.utils.data
 
-from fastload.config import CACHE_LIMIT
+from fastload.config import CACHE_LIMIT, PIXEL_CACHE_LIMIT
 from fastload.samples.options import check_kind, check_options
 from fastload.decode.files import FileDecode
 from fastload.decode.images import MAX_PIXELS, pixel_limit
 from fastload.decode.pipeline import ImagePipeline, ThreadDecoder
 from fastload.format import Manifest, RecordIndex
+from fastload.pixels import pixel_cache_for
 from fastload.readers import ShardReader
 from fastload.samples.fields import SampleFields, field_names
 from fastload.samples.reading import SampleReading
@@ -87,6 +88,14 @@ class PackedDataset(SampleReading, torch.utils.data.Dataset):
         decode: for a dataset of files that are not images: ``"bytes"`` (as packed), ``"npy"``
             (a tensor), ``"text"`` (a str), ``"wav"`` (a channels × frames tensor) or ``"auto"``
             (by each file's extension); see :mod:`fastload.decode.files`.
+        pixel_cache, pixel_cache_limit, pixel_side: with ``image_size``, decode each image once,
+            whole, to its shorter side at ``pixel_side`` (default ``round(max(image_size) /
+            resize_ratio)``, 256 for 224; never enlarged), keep the pixels in a folder on this
+            machine's disk shared by its processes and ranks (``pixel_cache=True``:
+            ``FASTLOAD_PIXEL_CACHE_DIR``, else ``pixels`` in the node cache folder; or a path), and
+            crop every later epoch from them: no JPEG decode. At most ``pixel_cache_limit`` for
+            every dataset's pixels together (``0``: none); what does not fit decodes as without it.
+            ``loader.stats()["pixel_cache"]`` says hits, misses and bytes. See docs/loader.md.
 
     Without ``image_size``, ``ds[i]`` is ``(PIL.Image in RGB, label)`` (``(bytes, label)``, or what
     ``decode`` makes of them, when the packed files are not all images); with it, ``(uint8 tensor, label)``, and ``__getitems__``
@@ -109,7 +118,9 @@ class PackedDataset(SampleReading, torch.utils.data.Dataset):
                  sample_transform: SampleTransform | None = None, decode: FileDecode = "bytes",
                  fields: Iterable[str] | None = None, pad_fields: Mapping[str, float] | None = None,
                  boxes: str | None = None, box_fields: Sequence[str] = (),
-                 sample_as: Literal["dict", "tuple"] = "dict") -> None:
+                 sample_as: Literal["dict", "tuple"] = "dict",
+                 pixel_cache: str | os.PathLike[str] | bool | None = None,
+                 pixel_cache_limit: int | str = PIXEL_CACHE_LIMIT, pixel_side: int | None = None) -> None:
         if image_size is not None and train is None:
             raise ValueError(f"PackedDataset({os.fspath(path)!r}, image_size={image_size!r}): say which pipeline, "
                              "train=True (a random crop and flip of each image, new every epoch: for training) "
@@ -146,6 +157,9 @@ class PackedDataset(SampleReading, torch.utils.data.Dataset):
             max_pixels=self.max_pixels)
         if self._fields is not None:
             self._fields.reader = self.reader
+        self.pixel_cache = pixel_cache_for(
+            pixel_cache, pixel_cache_limit, pixel_side, manifest=self.manifest, max_pixels=self.max_pixels,
+            out_size=self.pipeline.out_size if self.pipeline else None, resize_ratio=resize_ratio, dataset=str(self.root))
 
     @property
     def fields(self) -> tuple[str, ...] | None:

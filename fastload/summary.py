@@ -37,4 +37,16 @@ def describe(path: str | os.PathLike[str], storage_options: dict[str, Any] | Non
         "fields": manifest.fields,
         "shards": [{"file": s.file, "records": s.num_records, "bytes": s.bytes} for s in manifest.shards],
         "packed": manifest.packed,
+        "pixel_cache": _pixel_cache(index) if manifest.kind == "images" else None,
     }
+
+
+def _pixel_cache(index: RecordIndex, image_size: int = 224) -> dict[str, Any]:
+    """What ``PackedDataset(image_size=224, pixel_cache=True)`` would store: an estimate from the
+    index's image sizes."""
+    from fastload.pixels.layout import default_side, folder_bytes
+
+    side = default_side((image_size, image_size), 0.875)
+    total = folder_bytes(index.width, index.height, side)
+    return {"image_size": image_size, "side": side, "bytes": total,
+            "bytes_per_image": total / max(1, len(index.width))}

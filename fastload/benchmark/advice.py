@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastload.benchmark.capacity import StageLike, parallel_of
 from fastload.benchmark.evidence import Evidence
 from fastload.benchmark.explain import SHARED_SLOWDOWN, ms, slowed
+from fastload.benchmark.pixel_row import pixel_cache_advice
 
 MODEL_ADVICE = [
     "the loader is not the problem: a faster one would not speed up training",
@@ -52,6 +53,7 @@ def advice(e: Evidence, group: str, worst: StageLike) -> list[str]:
                "copy on a side stream one batch ahead (fastload.DataLoader(device='cuda'))"]
     elif worst.name.startswith("decode"):
         out = [more_workers(e), None if e.reduced_decode else reduced_advice(e),
+               pixel_cache_advice(e.pixel_cache),
                "pre-resize at pack time: `fastload pack SRC --max-side 320` (smaller JPEGs decode faster; "
                "lossy, recorded in the manifest)",
                gpu_decode_advice(e)]

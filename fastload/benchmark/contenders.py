@@ -3,7 +3,8 @@
 Rows: the ImageFolder baseline with torch's DataLoader at its defaults and at hand-tuned
 settings; shuffled raw reads of the small files and of each packed dataset's records (the I/O
 alone: ``READS_IN_FLIGHT`` reads at once, batch by batch); fastload's train pipeline on each
-packed dataset with auto settings; the DALI backend when ``fastload.DataLoader`` has one.
+packed dataset with auto settings, and with a pixel cache (epoch >= 2); the DALI backend when
+``fastload.DataLoader`` has one.
 With a cold cache, each row first drops its files from the page cache.
 """
 
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from fastload.benchmark.baseline import ImageFolderBaseline
+from fastload.benchmark.pixel_row import pixel_cache_row
 from fastload.benchmark.runs import RunSpec
 from fastload.benchmark.stages import READS_IN_FLIGHT, drop_cache, shard_files
 from fastload.format import read_manifest
@@ -169,6 +171,8 @@ def fastload_rows(packed: Sequence[Path], batch_size: int, image_size: int, cold
             return DataLoader(ds, batch_size=batch_size, shuffle=True, **{**placed, **extra})
         rows.append(RunSpec(f"fastload {manifest.storage}", "fastload", manifest.storage, make,
                             settings_text, size, prepare=prepare))
+        rows.append(pixel_cache_row(path, manifest.storage, batch_size, image_size, size, cold, placed,
+                                    settings_text))
         for kwargs in variants:
             label = " ".join(f"{k}={v}" for k, v in kwargs.items())
             rows.append(RunSpec(f"fastload {manifest.storage}, {label}", "fastload", manifest.storage,

@@ -39,6 +39,7 @@ class Evidence:
         cache_limit: the bytes the node cache may hold (None: no cache, or not in a store).
         cuda: a CUDA device is here (GPU decode is advice only then).
         nvimgcodec_installed: nvImageCodec imports here: GPU decode is ``backend='nvimgcodec'``.
+        pixel_cache: a packed dataset's ``(bytes its pixel cache would take, bytes free there, side)``.
         machine_busy: other processes took a share of the cores while this was measured
             (:class:`~.machine_load.MachineLoad`): a verdict is then a hint.
     """
@@ -63,4 +64,5 @@ class Evidence:
     cache_limit: int | None = None
     cuda: bool = False
     nvimgcodec_installed: bool = False
+    pixel_cache: tuple[int, int, int] | None = None
     machine_busy: bool = False

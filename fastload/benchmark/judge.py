@@ -15,6 +15,7 @@ from fastload.benchmark.inputs import Inputs
 from fastload.benchmark.loader_under_test import loader_spec, packed_dataset, sequential
 from fastload.benchmark.machine_load import LoadWatch
 from fastload.benchmark.monitor import Progress
+from fastload.benchmark.pixel_row import pixel_cache_need
 from fastload.benchmark.report import BenchReport
 from fastload.benchmark.runs import Limits, ModelStep, RunResult, run_all
 from fastload.benchmark.stages import PackedProbe, Probe, Stage, make_cold, measure_stages
@@ -95,7 +96,8 @@ def judge(report: BenchReport, inputs: Inputs, probe: Probe, loader: Any, run: R
         store_mb_s=store.mb_s if store else None, cached=_cached(probe),
         dataset_bytes=_dataset_bytes(probe), cache_limit=_cache_limit(probe), cuda=torch.cuda.is_available(),
         nvimgcodec_installed=torch.cuda.is_available() and _importable("nvidia.nvimgcodec"),
-        machine_busy=report.load is not None and report.load.busy))
+        machine_busy=report.load is not None and report.load.busy,
+        pixel_cache=pixel_cache_need(probe.dataset, image_size) if isinstance(probe, PackedProbe) else None))
     report.verdict = replace(verdict, loader=run.name.removeprefix("doctor: "))
 
 

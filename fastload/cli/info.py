@@ -59,6 +59,9 @@ def info_command(args: argparse.Namespace) -> int:
     if files:
         print("  file fields (a file per record, beside its own): "
               + ", ".join(f"{shown(k)} ({shown(v)})" for k, v in files.items()))
+    if pixels := info["pixel_cache"]:
+        print(f"  pixel cache (pixel_cache=True, {pixels['image_size']} px crops): {format_size(pixels['bytes_per_image'])} "
+              f"an image at {pixels['side']} px, {format_size(pixels['bytes'])} in all (estimated from the image sizes)")
     for s in info["shards"]:
         print(f"  {shown(s['file'])}: {plural(s['records'], 'record')}, {format_size(s['bytes'])}")
     return 0

@@ -12,6 +12,7 @@
 #include "jpeg_region.h"
 #include "jpeg_restarts.h"
 #include "mask_rows.h"
+#include "pixel_native.h"
 #include "resample.h"
 
 #define RESTART_WIDTH 64 /* restart intervals written by add_restart_markers: at most this wide, in px */
@@ -267,6 +268,7 @@ static PyMethodDef methods[] = {
     {"resize_into", resize_into, METH_VARARGS, resize_into_doc},
     {"add_restart_markers", add_restart_markers, METH_VARARGS, add_restart_markers_doc},
     {"mask_rows_into", fastload_mask_rows_into, METH_VARARGS, fastload_mask_rows_into_doc},
+    FASTLOAD_PIXEL_METHODS
     {NULL, NULL, 0, NULL},
 };
 

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -21,6 +21,9 @@ from fastload.decode.transforms import CropPlan, EvalCrop, TrainCrop
 from fastload.samples.user_transforms import (
     SampleTransform, apply_sample_transform, apply_tensor_transform, stack_transformed,
 )
+
+if TYPE_CHECKING:
+    from fastload.pixels.batch import BatchPixels
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,8 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
                  failed: dict[int, CorruptRecordError] | None = None,
                  sample_transform: SampleTransform | None = None,
                  values: Callable[[int, CropPlan, str], dict[str, Any]] | None = None,
-                 tensor_transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> ImageBatch:
+                 tensor_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 pixels: BatchPixels | None = None) -> ImageBatch:
     """Read (``read(record index)``) and decode records ``keys`` into one preallocated
     ``N×3×H×W`` uint8 batch.
 
@@ -127,7 +131,9 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
     other fields (masks and boxes through its crop ``plan``), computed in the same thread, given
     to ``sample_transform`` with the image, and kept in the batch's ``samples``.
     ``tensor_transform(image) -> tensor`` runs last on each sample, in its thread; the batch's
-    images are then what it returned, stacked.
+    images are then what it returned, stacked. ``pixels``: the pixel cache's side of the batch
+    (records it holds are cropped from their stored pixels, unread; others decoded whole, stored
+    and cropped while it has room).
     """
     out_h, out_w = pipeline.out_size
     images = new_image_batch(len(keys), out_h, out_w)
@@ -136,16 +142,26 @@ def decode_batch(pipeline: ImagePipeline, read: Callable[[int], bytes],
     samples: list[dict[str, Any]] = [{} for _ in keys]
     transformed: list[torch.Tensor | None] = [None] * len(keys)
 
+    def crop(k: int, index: int, at: str, slot: np.ndarray) -> CropPlan:
+        """Sample ``k``'s crop into its slot: from the pixel cache's stored pixels, else from its bytes."""
+        if pixels is not None:
+            plan = pixels.crop(k, lambda width, height: pipeline.plan(*keys[k], width, height), slot)
+            if plan is not None:
+                return plan
+        payload = read(index)
+        plan, width, height = pipeline.plan_record(payload, keys[k], int(widths[k]), int(heights[k]),
+                                                   where=at, max_pixels=max_pixels)
+        if pixels is None or not pixels.fill(k, index, payload, plan, (width, height), slot, where=at,
+                                             max_pixels=max_pixels):
+            decode_crop(payload, plan, out=slot, where=at, max_pixels=max_pixels)
+        return plan
+
     def one(k: int) -> None:
         index = keys[k][0]
         try:
-            payload = read(index)
             at = where(index)
-            plan, _, _ = pipeline.plan_record(payload, keys[k], int(widths[k]), int(heights[k]),
-                                              where=at, max_pixels=max_pixels)
             # An HWC view of this sample's CHW slot: the decoder writes pixels straight into the batch.
-            decode_crop(payload, plan, out=images[k].permute(1, 2, 0).numpy(), where=at,
-                        max_pixels=max_pixels)
+            plan = crop(k, index, at, images[k].permute(1, 2, 0).numpy())
             if values is not None:
                 samples[k] = values(index, plan, at)
             if sample_transform is not None:

@@ -3,6 +3,8 @@
  * has AVX2. Called by resample.c. */
 #include "resample_store.h"
 
+#include <string.h>
+
 #include "cpu_features.h"
 
 /* An RGB crop (packed rows) into a planar target, flipped or not: the baseline for CPUs without
@@ -79,6 +81,13 @@ __attribute__((target("avx2"))) static void store_planes_avx2(const unsigned cha
 void fastload_store_rgb(const unsigned char *pixels, int height, int width, int channels,
                         const Target *target) {
     int i, j, c;
+    if (channels == 3 && !target->flip && target->stride_x == 3 && target->stride_c == 1) {
+        for (i = 0; i < height; i++) { /* packed RGB rows, as the pixel cache stores them */
+            memcpy(target->pixels + (ptrdiff_t)i * target->stride_y,
+                   pixels + (size_t)i * (size_t)width * 3, (size_t)width * 3);
+        }
+        return;
+    }
     if (channels == 3 && target->stride_x == 1 && target->stride_c >= width) {
 #ifdef X86_FAST_PATHS
         if (fastload_has_avx2()) {

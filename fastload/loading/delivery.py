@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-from fastload.samples.collate import skipped_in
+from fastload.samples.collate import pixels_in, skipped_in
 from fastload.loading.prefetch import ThreadPrefetcher
 from fastload.loading.stats import LoaderStats, batch_size_of
 from fastload.loading.transfer import DeviceFeed, ImageLayout, Normalizer
@@ -41,7 +41,7 @@ class LoaderIterator(_BaseDataLoaderIter):
         self._loader, self._inner, self._source = loader, inner, source
         self._progress, self._stats, self._workers_died_named = progress, stats, workers
         self._skips: deque[int] = deque()  # on_error="skip" records left out of each batch, in order
-        noted = _NotingSkips(source, self._skips)
+        noted = _NotingSkips(source, self._skips, stats)
         # The DALI tail delivers on the device, normalised, already.
         self._batches: Iterator[Any] = noted if on_device else DeviceFeed(noted, device, normalizer)
         if layout is not None:  # the dtype and memory format asked for, on the device, after mean/std
@@ -160,11 +160,11 @@ class LoaderIterator(_BaseDataLoaderIter):
 
 
 class _NotingSkips:
-    """Pass batches through, noting each one's on_error="skip" count before transfer drops it;
-    an error from the source passes through too, and the next call goes on."""
+    """Pass batches through, noting each one's on_error="skip" count (and pixel cache counts) before
+    transfer drops them; an error from the source passes through too, and the next call goes on."""
 
-    def __init__(self, batches: Iterator[Any], skips: deque[int]) -> None:
-        self.batches, self.skips = batches, skips
+    def __init__(self, batches: Iterator[Any], skips: deque[int], stats: LoaderStats) -> None:
+        self.batches, self.skips, self.stats = batches, skips, stats
 
     def __iter__(self) -> _NotingSkips:
         return self
@@ -172,4 +172,7 @@ class _NotingSkips:
     def __next__(self) -> Any:
         batch = next(self.batches)
         self.skips.append(skipped_in(batch) or 0)
+        pixels = pixels_in(batch)
+        if pixels is not None:
+            self.stats.record_pixels(pixels)
         return batch

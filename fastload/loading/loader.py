@@ -283,13 +283,16 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
     def stats(self, reset: bool = False) -> dict[str, float]:
         """samples/s, MB/s of payload, the fraction of wall time the loop waited for data, and
         ``skipped``: records an ``on_error="skip"`` dataset left out of the delivered batches; with
-        ``mode="ray"``, ``actors``: the decode actors running now (elastic with ``ray_min_workers``).
+        ``mode="ray"``, ``actors``: the decode actors running now (elastic with ``ray_min_workers``);
+        with a pixel cache, ``pixel_cache`` (:meth:`~fastload.loading.stats.LoaderStats.pixel_figures`).
 
         They add up over every epoch since the loader was made, the wall time running from its
         first batch to its last (time between epochs, a validation pass say, counts too);
         ``reset=True`` starts the counts again after returning them (once per epoch: per-epoch figures).
         """
         figures = self._stats.as_dict()
+        if (pixel_cache := getattr(self.dataset, "pixel_cache", None)) is not None:
+            figures["pixel_cache"] = self._stats.pixel_figures(pixel_cache.bytes())
         if self.settings.mode == "ray":
             figures["actors"] = len(self._tail.actors)
         if reset:

@@ -23,6 +23,9 @@ def check_transform_and_backend(dataset: Any, backend: str, batch_transform: Any
     if backend in GPU_DECODE and getattr(dataset, "sample_transform", None) is not None:
         raise ValueError(f"backend={backend!r} decodes the batch itself, so the dataset's sample_transform "
                          "would not run; use batch_transform= (on the device), or backend='torch'")
+    if backend in GPU_DECODE and getattr(dataset, "pixel_cache", None) is not None:
+        raise ValueError(f"backend={backend!r} decodes the JPEGs itself, so the dataset's pixel_cache would not "
+                         "be used; drop pixel_cache=, or use backend='torch' (which crops the cached pixels)")
     if backend in GPU_DECODE and getattr(dataset, "fields", None):
         raise ValueError(f"backend={backend!r} delivers (images, labels) batches; the dataset's fields= (dict "
                          "samples) need backend='torch'")
@@ -127,12 +130,13 @@ def _rank_and_world(distributed: bool | None) -> tuple[int, int]:
 
 def collate_for(dataset: Any, collate_fn: Any, batching: bool) -> Any:
     """The collate function: the one given, else the one ``dataset``'s samples need (the built-in
-    pipeline's, or its fields'); for an ``on_error="skip"`` dataset, one that passes on skips."""
+    pipeline's, or its fields'); for an ``on_error="skip"`` dataset (or one with a pixel cache),
+    one that passes on its counts."""
     if collate_fn is None and batching and uses_builtin_pipeline(dataset):
         collate_fn = collate_images  # unbatched, torch converts each sample: keep its default
     elif collate_fn is None and batching and getattr(dataset, "fields", None) and callable(
             getattr(dataset, "collate", None)):
         collate_fn = dataset.collate  # a PackedDataset's dict samples, collated by their fields' types
-    if batching and getattr(dataset, "on_error", None) == "skip":
-        collate_fn = keep_skips(collate_fn)  # each batch carries its skip count to stats()
+    if batching and (getattr(dataset, "on_error", None) == "skip" or getattr(dataset, "pixel_cache", None)):
+        collate_fn = keep_skips(collate_fn)  # each batch carries its skip (and pixel cache) counts to stats()
     return collate_fn

@@ -21,6 +21,9 @@ class LoaderStats:
     started: float | None = None
     last: float | None = None
     skipped: int = 0  # records on_error="skip" left out of the delivered batches
+    pixel_hits: int = 0  # the dataset's pixel cache: records cropped from stored pixels,
+    pixel_misses: int = 0  # decoded from their bytes,
+    pixel_stored: int = 0  # of which stored for the next epochs
 
     def reset(self) -> None:
         """Start counting again (in place: a running iterator records into this object)."""
@@ -36,6 +39,19 @@ class LoaderStats:
         self.bytes += nbytes
         self.wait_s += waited
         self.last = now
+
+    def record_pixels(self, counts: tuple[int, int, int]) -> None:
+        """A batch's pixel cache counts: ``(hits, misses, stored)``."""
+        self.pixel_hits += counts[0]
+        self.pixel_misses += counts[1]
+        self.pixel_stored += counts[2]
+
+    def pixel_figures(self, held_bytes: int) -> dict[str, float]:
+        """``loader.stats()["pixel_cache"]``: the counts, the share of hits, and ``held_bytes``
+        (what the dataset's stored pixels take on disk)."""
+        seen = self.pixel_hits + self.pixel_misses
+        return {"hits": self.pixel_hits, "misses": self.pixel_misses, "stored": self.pixel_stored,
+                "hit_rate": self.pixel_hits / seen if seen else 0.0, "bytes": held_bytes}
 
     def as_dict(self) -> dict[str, float]:
         wall = (self.last - self.started) if self.started is not None and self.last is not None else 0.0

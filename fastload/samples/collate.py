@@ -19,9 +19,11 @@ class ImageBatch(list):
     Any collate function sees an ordinary list of samples (torch's ``default_collate`` stacks them,
     one copy); :func:`collate_images` returns the preallocated tensors as they are, with no copy.
     ``skipped``: records ``on_error="skip"`` dropped from this batch (None: the dataset raises).
+    ``pixel_counts``: ``(hits, misses, stored)`` of the dataset's pixel cache in this batch (None: it has none).
     """
 
     skipped: int | None = None
+    pixel_counts: tuple[int, int, int] | None = None
     fields: dict[str, Any] | tuple[Any, ...] | None = None  # the batch's fields (PackedDataset(fields=...))
     samples: list[dict[str, Any]] | None = None  # each sample's fields before collation
 
@@ -79,8 +81,9 @@ def collate_images(batch: Any) -> Any:
     """``(images uint8 N×3×H×W, labels int64 N)`` from an ImageBatch (with ``fields``: a dict of
     the fields asked, the images under ``"image"``); anything else as torch would.
 
-    A batch from a dataset with ``on_error="skip"`` comes out as a :class:`SkipCounted` tuple or
-    list that also carries how many records were dropped from it (see :func:`keep_skips`).
+    A batch from a dataset with ``on_error="skip"`` (or a pixel cache) comes out as a
+    :class:`SkipCounted` tuple or list that also carries how many records were dropped from it
+    (and the cache's counts; see :func:`keep_skips`).
     """
     skipped = skipped_in(batch)
     if isinstance(batch, ImageBatch) and batch.fields is not None:
@@ -91,18 +94,33 @@ def collate_images(batch: Any) -> Any:
         out = []  # every record of this batch was skipped: nothing to collate
     else:
         out = default_collate(batch)
-    return out if skipped is None else with_skips(out, skipped)
+    return with_counts(out, batch)
 
 
 # --- carrying on_error="skip" counts from the worker that skipped to loader.stats() ---------------
 # The count rides inside the collated batch: it is pickled with it out of a worker process, kept
 # when torch pins it (pin_memory below), and read by the loader before the batch goes to the device.
+# The pixel cache's counts of the batch (hits, misses, stored) ride the same way.
 
 
 def skipped_in(batch: Any) -> int | None:
     """Records dropped from ``batch`` by ``on_error="skip"``; None when it does not say."""
     skipped = getattr(batch, "skipped", None)
     return skipped if isinstance(skipped, int) else None
+
+
+def pixels_in(batch: Any) -> tuple[int, int, int] | None:
+    """The pixel cache's ``(hits, misses, stored)`` in ``batch``; None when it does not say."""
+    pixels = getattr(batch, "pixel_counts", None)
+    return pixels if isinstance(pixels, tuple) else None
+
+
+def with_counts(out: Any, batch: Any) -> Any:
+    """``out``, collated from ``batch``, carrying ``batch``'s counts (if it has any)."""
+    skipped, pixels = skipped_in(batch), pixels_in(batch)
+    if skipped is None and pixels is None:
+        return out
+    return with_skips(out, skipped or 0, pixels)
 
 
 def _pin(tensor: torch.Tensor) -> torch.Tensor:
@@ -113,14 +131,15 @@ class SkipCounted:
     """Mixin of the batch containers below: ``skipped`` survives pickling and pinning."""
 
     skipped: int
+    pixel_counts: tuple[int, int, int] | None
     _plain: type
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (self._plain(self), self.skipped)
+        return type(self), (self._plain(self), self.skipped, self.pixel_counts)
 
     def pin_memory(self) -> Any:
-        """Pinned copy, count kept (torch's pin-memory thread calls this on custom batch types)."""
-        return type(self)(map_tensors(self._plain(self), _pin), self.skipped)
+        """Pinned copy, counts kept (torch's pin-memory thread calls this on custom batch types)."""
+        return type(self)(map_tensors(self._plain(self), _pin), self.skipped, self.pixel_counts)
 
 
 class SkipCountedTuple(SkipCounted, tuple):
@@ -128,9 +147,10 @@ class SkipCountedTuple(SkipCounted, tuple):
 
     _plain = tuple
 
-    def __new__(cls, items: Any = (), skipped: int = 0) -> SkipCountedTuple:
+    def __new__(cls, items: Any = (), skipped: int = 0,
+                pixels: tuple[int, int, int] | None = None) -> SkipCountedTuple:
         batch = super().__new__(cls, items)
-        batch.skipped = skipped
+        batch.skipped, batch.pixel_counts = skipped, pixels
         return batch
 
 
@@ -139,9 +159,9 @@ class SkipCountedList(SkipCounted, list):
 
     _plain = list
 
-    def __init__(self, items: Any = (), skipped: int = 0) -> None:
+    def __init__(self, items: Any = (), skipped: int = 0, pixels: tuple[int, int, int] | None = None) -> None:
         super().__init__(items)
-        self.skipped = skipped
+        self.skipped, self.pixel_counts = skipped, pixels
 
 
 class SkipCountedDict(SkipCounted, dict):
@@ -149,19 +169,19 @@ class SkipCountedDict(SkipCounted, dict):
 
     _plain = dict
 
-    def __init__(self, items: Any = (), skipped: int = 0) -> None:
+    def __init__(self, items: Any = (), skipped: int = 0, pixels: tuple[int, int, int] | None = None) -> None:
         super().__init__(items)
-        self.skipped = skipped
+        self.skipped, self.pixel_counts = skipped, pixels
 
 
-def with_skips(batch: Any, skipped: int) -> Any:
-    """``batch`` as a container that also carries ``skipped``."""
+def with_skips(batch: Any, skipped: int, pixels: tuple[int, int, int] | None = None) -> Any:
+    """``batch`` as a container that also carries ``skipped`` (and the pixel cache's counts)."""
     if isinstance(batch, tuple) and not hasattr(batch, "_fields"):
-        return SkipCountedTuple(batch, skipped)
+        return SkipCountedTuple(batch, skipped, pixels)
     if isinstance(batch, list):
-        return SkipCountedList(batch, skipped)
+        return SkipCountedList(batch, skipped, pixels)
     if isinstance(batch, dict):
-        return SkipCountedDict(batch, skipped)
+        return SkipCountedDict(batch, skipped, pixels)
     raise TypeError(f"collate_fn returned a {type(batch).__name__}: with on_error='skip' a batch "
                     "must be a tuple, list or dict, so that it can carry its count of skipped records "
                     "to loader.stats(); return one of those")
@@ -174,17 +194,15 @@ class KeepSkips:
         self.collate_fn = collate_fn
 
     def __call__(self, batch: Any) -> Any:
-        out = self.collate_fn(batch)
-        skipped = skipped_in(batch)
-        return out if skipped is None else with_skips(out, skipped)
+        return with_counts(self.collate_fn(batch), batch)
 
     def __repr__(self) -> str:
         return f"keep_skips({self.collate_fn!r})"
 
 
 def keep_skips(collate_fn: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
-    """The collate_fn a loader over an ``on_error="skip"`` dataset uses: ``collate_fn`` (None:
-    :func:`collate_images`) made to pass each batch's skip count on to ``loader.stats()``."""
+    """The collate_fn a loader over an ``on_error="skip"`` dataset (or one with a pixel cache) uses:
+    ``collate_fn`` (None: :func:`collate_images`) made to pass each batch's counts on to ``loader.stats()``."""
     if collate_fn is None or collate_fn is collate_images or isinstance(collate_fn, KeepSkips):
         return collate_fn or collate_images
     return KeepSkips(collate_fn)

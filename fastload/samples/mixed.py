@@ -10,7 +10,7 @@ import torch
 import torch.utils.data
 
 from fastload.dataset import PackedDataset
-from fastload.samples.collate import ImageBatch, SkipCountedList, new_image_batch
+from fastload.samples.collate import ImageBatch, SkipCountedList, new_image_batch, pixels_in
 from fastload.sampling.epoch_sampler import SampleKey
 from fastload.sampling.mixing import MixPlan, source_counts
 
@@ -131,18 +131,26 @@ class MixedDataset(torch.utils.data.Dataset):
         parts = [self.sources[s].__getitems__(groups[s]) for s in sorted(groups)]
         return parts[0] if len(parts) == 1 else self._join(parts)
 
+    @property
+    def pixel_cache(self) -> MixedPixelCaches | None:
+        """The sources' pixel caches (for ``loader.stats()``), or None when none has one."""
+        caches = [s.pixel_cache for s in self.sources if s.pixel_cache is not None]
+        return MixedPixelCaches(caches) if caches else None
+
     def _join(self, parts: list[Any]) -> Any:
         counts = [getattr(p, "skipped", None) for p in parts]
         skipped = None if all(c is None for c in counts) else sum(c or 0 for c in counts)
+        pixels = [c for c in map(pixels_in, parts) if c is not None]
+        summed = tuple(int(sum(c)) for c in zip(*pixels)) if pixels else None
         if not all(isinstance(p, ImageBatch) for p in parts):
             joined = [sample for part in parts for sample in part]
-            return joined if skipped is None else SkipCountedList(joined, skipped)
+            return joined if skipped is None and summed is None else SkipCountedList(joined, skipped or 0, summed)
         sizes = [len(p) for p in parts]
         height, width = parts[0].images.shape[-2:]
         images = new_image_batch(sum(sizes), height, width)
         torch.cat([p.images for p in parts], out=images)
         batch = ImageBatch(images, torch.cat([p.labels for p in parts]))
-        batch.skipped = skipped
+        batch.skipped, batch.pixel_counts = skipped, summed
         if parts[0].fields is not None:
             fields = self.sources[0]._fields
             if fields is not None:  # the sources' fields agree: one collates them all
@@ -152,6 +160,16 @@ class MixedDataset(torch.utils.data.Dataset):
     def __repr__(self) -> str:
         shares = ", ".join(f"{str(s.root).rstrip('/').rsplit('/', 1)[-1]}: {c}/{len(s)}" for s, c in zip(self.sources, self.counts))
         return f"MixedDataset([{shares}], epoch_length={self.epoch_length})"
+
+
+class MixedPixelCaches:
+    """A MixedDataset's sources' pixel caches, as ``loader.stats()`` asks of one."""
+
+    def __init__(self, caches: list[Any]) -> None:
+        self.caches = caches
+
+    def bytes(self) -> int:
+        return sum(cache.bytes() for cache in self.caches)
 
 
 def _check_alike(sources: list[PackedDataset]) -> None:

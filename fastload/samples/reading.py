@@ -13,11 +13,12 @@ from fastload.decode.files import FileDecode, decoder_for
 from fastload.decode.images import decode_rgb
 from fastload.decode.pipeline import ImagePipeline, ThreadDecoder, decode_batch
 from fastload.errors import CorruptRecordError, SkippedRecordWarning
-from fastload.samples.collate import ImageBatch, SkipCountedList
+from fastload.samples.collate import ImageBatch, SkipCountedList, pixels_in
 from fastload.sampling.epoch_sampler import SampleKey
 
 if TYPE_CHECKING:
     from fastload.format import Manifest, RecordIndex
+    from fastload.pixels import PixelCache
     from fastload.readers import ShardReader
     from fastload.samples.fields import SampleFields
     from fastload.samples.user_transforms import SampleTransform
@@ -35,6 +36,7 @@ class SampleReading:
     index: RecordIndex
     manifest: Manifest
     pipeline: ImagePipeline | None
+    pixel_cache: PixelCache | None
     transform: Callable[[Any], Any] | None
     target_transform: Callable[[int], Any] | None
     sample_transform: SampleTransform | None
@@ -78,7 +80,7 @@ class SampleReading:
         if isinstance(batch, ImageBatch):
             batch.skipped = skipped
             return batch
-        return SkipCountedList(batch, skipped)
+        return SkipCountedList(batch, skipped, pixels_in(batch))
 
     def _key(self, key: int | SampleKey | tuple[int, int, int]) -> tuple[int, int, int]:
         """``(index, epoch, seed)``: from fastload's sampler as given (reproducible crops); for a
@@ -124,11 +126,16 @@ class SampleReading:
         """:meth:`_read_batch` for the built-in image pipeline: each decode thread reads too."""
         indices = [p[0] for p in parsed]
         files = self._fields.files if self._fields is not None else ()
+        pixels = None if self.pixel_cache is None else self.pixel_cache.batch(
+            indices, self.index.width[indices], self.index.height[indices])
+        # the records the pixel cache holds are cropped from it: their bytes are not read
+        unread = indices if pixels is None else [i for i, held in zip(indices, pixels.cached()) if not held]
         if len(indices) > 1:  # the whole batch's reads in flight, not one per thread
-            for field in (None, *files):
+            self.reader.will_read(unread)
+            for field in files:
                 self.reader.will_read(indices, field)
         undecoded: dict[int, CorruptRecordError] | None = None if failed is None else {}
-        read = self.reader.prefetched(indices)  # a remote batch is fetched here, all at once
+        read = self.reader.prefetched(unread)  # a remote batch is fetched here, all at once
         values, slots = None, None
         if self._fields is not None:
             sample_fields, reads = self._fields, self._file_field_reads(indices)
@@ -138,7 +145,9 @@ class SampleReading:
                              self.index.height[indices], self.index.label[indices],
                              self.decoder, self.reader.where, max_pixels=self.max_pixels,
                              failed=undecoded, sample_transform=self.sample_transform, values=values,
-                             tensor_transform=self.transform)
+                             tensor_transform=self.transform, pixels=pixels)
+        if pixels is not None:
+            batch.pixel_counts = self.pixel_cache.count(pixels)  # type: ignore[union-attr]
         if failed is not None and undecoded:
             # in the batch's order, not the order the decode threads met them: the first is warned of
             failed.update((indices[k], exc) for k, exc in sorted(undecoded.items()))
@@ -147,7 +156,8 @@ class SampleReading:
             self._fields.into_batch(batch, batch.samples, slots)
             return batch
         if self.target_transform is not None:
-            return [(image, self._target(i, label)) for i, (image, label) in zip(indices, batch)]
+            samples = [(image, self._target(i, label)) for i, (image, label) in zip(indices, batch)]
+            return samples if pixels is None else SkipCountedList(samples, 0, batch.pixel_counts)
         return batch
 
     def _file_field_reads(self, indices: list[int]) -> dict[str, Callable[[int], bytes]]:

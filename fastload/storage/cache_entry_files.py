@@ -78,23 +78,23 @@ def _check_file(path: str, size: int) -> None:
         raise ValueError(f"{path}: {kind_of(st.st_mode)} of {st.st_size} bytes, expected {size}")
 
 
-def _reserve(fd: int, length: int, *, emulated: bool = True) -> None:
-    """Allocate the file's first ``length`` bytes on disk (zeros where there were none); OSError
-    (ENOSPC) when the disk has no room for them. Where the file system cannot allocate without
+def _reserve(fd: int, length: int, *, emulated: bool = True, offset: int = 0) -> None:
+    """Allocate ``length`` bytes of the file from ``offset`` on disk (zeros where there were none);
+    OSError (ENOSPC) when the disk has no room for them. Where the file system cannot allocate without
     writing (NFS v3), glibc writes a byte into every block: fine for a map, too slow for a large
     data file, which is then only extended (``emulated=False``: sparse, its writes may still fail)."""
     if not length:
         return
     if _fallocate is not None:
-        if _fallocate(fd, 0, 0, length) == 0:
+        if _fallocate(fd, 0, offset, length) == 0:
             return
         failed = ctypes.get_errno()
         if failed not in (errno.EOPNOTSUPP, errno.ENOSYS):
             raise OSError(failed, os.strerror(failed))
     if emulated and hasattr(os, "posix_fallocate"):
-        os.posix_fallocate(fd, 0, length)
-    elif os.fstat(fd).st_size < length:
-        os.ftruncate(fd, length)
+        os.posix_fallocate(fd, offset, length)
+    elif os.fstat(fd).st_size < offset + length:
+        os.ftruncate(fd, offset + length)
 
 
 def _load_fallocate() -> Any:

@@ -55,8 +55,9 @@ def test_bench_folder_and_both_packs_table_json_plot_and_verdict(cli, photos, tm
     rows = table_rows(result.out)
     assert list(rows) == ["torch ImageFolder, defaults", "torch ImageFolder, tuned w2 pf4",
                           "raw reads: small files", "raw reads: fastload lmdb", "raw reads: fastload hdf5",
-                          "fastload lmdb", "fastload hdf5"]
+                          "fastload lmdb", "fastload lmdb, pixel cache", "fastload hdf5", "fastload hdf5, pixel cache"]
     assert "min–max" in next(ln for ln in result.out.splitlines() if ln.startswith("run "))
+    assert "epoch >= 2 of a pixel cache at 37 px: " in " ".join(result.out.split())  # settings lines wrap
     torch_rows = [rows["torch ImageFolder, tuned w2 pf4"], rows["torch ImageFolder, defaults"]]
     assert any(" ref " in row for row in torch_rows)
     # --packed: the verdict is about what the user will run, fastload on the first packed dataset
