@@ -3,18 +3,14 @@ added where a node is to be lost): the batches of mode="threads", pixels and lab
 epoch; a node lost mid-epoch leaves every sample once and in order; a resume mid-epoch with a new
 loader delivers exactly the rest; two ranks' shares are the threads mode's, disjoint and complete;
 a damaged record raises in its batch's place (the next batch follows) or is skipped and counted;
-elastic actors are added while the loop waits and idle ones retired, losing and moving no batch;
-Ray missing or no cluster reachable is a clear error."""
+elastic actors are added while the loop waits and idle ones retired, losing and moving no batch.
+Joining a cluster (or not) is tests/cluster/test_ray_connect.py's."""
 
 from __future__ import annotations
 
 import gc
 import itertools
 import shutil
-import socket
-import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import REPO, flip_payload_byte
+from tests.conftest import flip_payload_byte
 from tests.loading.helpers import write_id_list
 
 ray = pytest.importorskip("ray", reason="the Ray tests need ray[data]: pip install -e '.[ray]'")
@@ -245,47 +241,3 @@ def test_what_mode_ray_refuses(cluster: Any, packed: Path) -> None:
     with pytest.raises(ValueError, match=r"ray_min_workers=1, ray_local_workers=1 apply to mode='ray' only, and "
                                          r"this loader's mode is 'threads': pass mode='ray' or drop them"):
         fastload.DataLoader(ds, batch_size=4, mode="threads", ray_min_workers=1, ray_local_workers=1)
-
-
-def _run(code: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-
-def test_ray_missing_or_no_cluster_is_a_clear_error_and_a_script_ends_quietly(cluster: Any, packed: Path) -> None:
-    with socket.socket() as s:  # a port where nothing listens
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    missing = _run(f"""
-        import sys
-        sys.modules["ray"] = None
-        import fastload
-        ds = fastload.PackedDataset({str(packed)!r}, image_size=32)
-        try:
-            fastload.DataLoader(ds, batch_size=4, mode="ray", num_workers=1)
-        except ImportError as exc:
-            print(type(exc).__name__, exc)
-        """)
-    unreachable = _run(f"""
-        import fastload
-        ds = fastload.PackedDataset({str(packed)!r}, image_size=32)
-        try:
-            fastload.DataLoader(ds, batch_size=4, mode="ray", num_workers=1, ray_address="127.0.0.1:{port}")
-        except ConnectionError as exc:
-            print(type(exc).__name__, exc)
-        """)
-    ending = _run(f"""
-        import fastload
-        ds = fastload.PackedDataset({str(packed)!r}, image_size=32)
-        loader = fastload.DataLoader(ds, batch_size=4, mode="ray", num_workers=1, ray_address={cluster.address!r})
-        print(len(next(iter(loader))[1]), "samples")
-        """)  # and the script ends with its loader (and actor) alive
-    said = [p.communicate(timeout=240)[0] for p in (missing, unreachable, ending)]
-    assert ending.returncode == 0 and said[2].strip().splitlines()[-1] == "4 samples", said[2]
-    assert "Traceback" not in said[2] and "Exception ignored" not in said[2], said[2]
-    assert said[0].startswith("MissingDependencyError DataLoader(mode='ray') (decoding on a Ray cluster) "
-                              "needs the ray[data] package"), said[0]
-    assert "pip install ray[data]" in said[0]
-    assert said[1].startswith(f"ClusterUnreachableError ray_address='127.0.0.1:{port}': no Ray cluster is "
-                              "reachable there"), said[1]
-    assert "ray start --head" in said[1]
