@@ -67,9 +67,9 @@ def test_batches_are_the_threads_modes(cluster: Any, packed: Path) -> None:
     assert (remote.settings.mode, remote.num_workers, remote.settings.prefetch_factor) == ("ray", 2, 2)
     assert_same(batches(remote), batches(threads))  # the first batches go to the first actor up
     remote._tail.start(wait=True)
-    assert len(remote._tail.actors) == 2 and len(set(remote._tail.nodes.values())) == 2  # one a node
+    assert len(remote._tail.actors) == 2 and len(set(remote._tail.pool.nodes.values())) == 2  # one a node
     assert_same(batches(remote), batches(threads))  # the second epoch: another order, both actors
-    assert remote._tail.replaced == 0
+    assert remote._tail.pool.replaced == 0
 
 
 def test_in_order_false_delivers_every_batch_once(cluster: Any, packed: Path) -> None:
@@ -89,7 +89,7 @@ def test_a_node_lost_mid_epoch_loses_no_sample(cluster: Any, packed: Path) -> No
                                   sample_transform=lambda sample, generator: (time.sleep(0.03), sample)[1])
     remote = fastload.DataLoader(slow, batch_size=2, shuffle=True, seed=5, mode="ray", num_workers=3)
     remote._tail.start(wait=True)
-    doomed = [a for a, n in remote._tail.nodes.items() if n == node.node_id]
+    doomed = [a for a, n in remote._tail.pool.nodes.items() if n == node.node_id]
     assert len(doomed) == 1  # one actor a node: each asks for the node's one CPU
     it = iter(remote)
     got = batches(it, limit=2)
@@ -99,8 +99,8 @@ def test_a_node_lost_mid_epoch_loses_no_sample(cluster: Any, packed: Path) -> No
                                        shuffle=True, seed=5, mode="threads"))
     assert_same(got, want)  # every sample once, in the sampler's order
     assert sorted(y for _, labels in got for y in labels.tolist()) == list(range(RECORDS))
-    assert remote._tail.replaced == 1 and doomed[0] not in remote._tail.actors
-    assert remote._tail.resent >= 1  # the lost actor's batches went to the others
+    assert remote._tail.pool.replaced == 1 and doomed[0] not in remote._tail.actors
+    assert remote._tail.pool.resent >= 1  # the lost actor's batches went to the others
 
 
 def test_a_resume_mid_epoch_delivers_exactly_the_rest(cluster: Any, packed: Path) -> None:
@@ -163,20 +163,20 @@ def test_elastic_actors_are_added_while_the_loop_waits_and_idle_ones_retired(clu
                                  ray_min_workers=1)
     tail = remote._tail
     shown = Seen(waited=1.0, idle=0)  # what the policy sees, whatever the timings: a loop held up by decoding
-    tail.policy = lambda recent, actors: target([shown] * WINDOW, actors, low=1, high=2)
+    tail.pool.policy = lambda recent, actors: target([shown] * WINDOW, actors, low=1, high=2)
 
     got, counts = [], []
     for images, labels in remote:
         got.append((images.clone(), labels.clone()))
-        counts.append(len(tail.actors) + len(tail.starting))
+        counts.append(len(tail.actors) + len(tail.pool.starting))
     assert counts[0] == 1 and counts[-1] == 2 and counts == sorted(counts)  # one actor, then a second asked for
     tail.start(wait=True)
-    assert remote.stats()["actors"] == 2 and len(set(tail.nodes.values())) == 2
+    assert remote.stats()["actors"] == 2 and len(set(tail.pool.nodes.values())) == 2
     assert_same(got, batches(threads))
 
     shown = Seen(waited=0.0, idle=1)  # a loop that never waits, an actor with nothing to do
     got = batches(remote)
-    assert (remote.stats()["actors"], tail.retired, tail.retiring, tail.replaced) == (1, 1, [], 0)
+    assert (remote.stats()["actors"], tail.pool.retired, tail.pool.retiring, tail.pool.replaced) == (1, 1, [], 0)
     assert_same(got, batches(threads))  # the retired actor's last batches delivered in their place
 
 
@@ -186,9 +186,9 @@ def test_local_and_remote_actors_decode_together(cluster: Any, packed: Path) -> 
                                ray_local_workers=1)
     both._tail.start(wait=True)
     here = ray.get_runtime_context().get_node_id()
-    assert [both._tail.nodes[actor] == here for actor in both._tail.actors].count(True) == 1
-    assert len(set(both._tail.nodes.values())) == 2  # the other on the other node
-    assert both._tail.local == {actor for actor in both._tail.actors if both._tail.nodes[actor] == here}
+    assert [both._tail.pool.nodes[actor] == here for actor in both._tail.actors].count(True) == 1
+    assert len(set(both._tail.pool.nodes.values())) == 2  # the other on the other node
+    assert both._tail.pool.local == {actor for actor in both._tail.actors if both._tail.pool.nodes[actor] == here}
     assert_same(batches(both), batches(fastload.DataLoader(ds, batch_size=3, shuffle=True, seed=8, mode="threads")))
 
 
@@ -214,11 +214,11 @@ def test_a_pass_given_up_takes_back_its_queued_batches(cluster: Any, packed: Pat
     del it  # the loop breaks off
     gc.collect()
     deadline = time.monotonic() + 60
-    while remote._tail.cancelled == 0 and time.monotonic() < deadline:
+    while remote._tail.pool.cancelled == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert remote._tail.cancelled == 4  # taken back: the held batch and the three queued behind it
+    assert remote._tail.pool.cancelled == 4  # taken back: the held batch and the three queued behind it
     gate.touch()
-    ray.get(remote._tail.actors[0].ready.remote())  # after the batch it had started
+    ray.get(remote._tail.pool.actors[0].ready.remote())  # after the batch it had started
     assert len(list(calls.iterdir())) == 4  # the first batch and the started one: none of the queued ran
     want = fastload.DataLoader(ds, batch_size=2, shuffle=False, seed=7, mode="threads")
     batches(want, limit=1)  # the same pass given up: the next is epoch 1 (other crops)
