@@ -58,11 +58,11 @@ def probe(address: str, *, subject: str, how: str) -> None:
         raise ClusterUnreachableError(f"{subject}={address!r}: no Ray cluster is reachable there "
                                       f"({type(exc).__name__}: {exc}); {how}") from exc
     if len(answer) < 9 or answer[3] != _SETTINGS:
-        said = ("it sent nothing" if not answer else f"it answered {answer[:16]!r}") + f" within {PROBE_S:g} s"
+        said = (f"it sent nothing within {PROBE_S:g} s, where Ray's GCS answers at once" if not answer else
+                f"it began with {answer!r}, not the HTTP/2 SETTINGS frame Ray's GCS (a gRPC server) begins with")
         raise ClusterUnreachableError(f"{subject}={address!r}: something listens there but it is not a Ray "
-                                      f"cluster's head ({said}, where Ray's GCS answers at once); the head's "
-                                      "address is the one `ray start --head` printed (port 6379 unless --port "
-                                      f"said otherwise); {how}")
+                                      f"cluster's head ({said}); the head's address is the one `ray start --head` "
+                                      f"printed (port 6379 unless --port said otherwise); {how}")
 
 
 _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + an empty SETTINGS

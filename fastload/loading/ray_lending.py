@@ -68,18 +68,18 @@ def make_room(pool: Any, actors: int) -> bool:
         return False
     free, _ = pool.calls.cpus()
     short = actors * ACTOR_CPUS - free
+    if short <= 0:
+        return False
     ended = 0
     for other in _idle(pool):
         if ended * ACTOR_CPUS >= short:
             break
         if other.lock.acquire(timeout=_TRY_S):
             try:
-                given = other.give_back()
+                ended += len(other.actors)  # those holding CPUs: started ones
+                other.close()
             finally:
                 other.lock.release()
-            for actor, _ in given:
-                other._kill(actor)
-            ended += len(given)
     if ended:
         log.info("mode='ray': %d decode actor(s) of idle loaders of this process ended for a new loader's", ended)
     return ended > 0

@@ -122,12 +122,13 @@ class Flight:
 
     def _submit(self) -> None:
         while not self.exhausted and not self.given_up.is_set() and len(self.jobs) < self.depth:
+            actor = self.pool.pick(self.jobs)  # first: when none can start, no batch of keys is drawn and lost
             try:
                 keys = list(next(self.key_batches))
             except StopIteration:
                 self.exhausted = True
                 return
-            self.jobs.append(self._send(Job(keys, None, None, 0), self.pool.pick(self.jobs)))
+            self.jobs.append(self._send(Job(keys, None, None, 0), actor))
 
     def _send(self, job: Job, actor: Any) -> Job:
         job.actor, job.sent = actor, next(_sends)

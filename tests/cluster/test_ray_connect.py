@@ -24,6 +24,7 @@ from tests.loading.helpers import write_id_list
 ray = pytest.importorskip("ray", reason="the Ray tests need ray[data]: pip install -e '.[ray]'")
 
 from fastload.converters import pack
+
 from fastload.errors import ClusterUnreachableError
 from fastload.loading.ray_connect import probe
 
@@ -82,8 +83,9 @@ def test_the_clusters_own_head_passes_the_check(cluster: Any) -> None:
 
 def test_a_web_server_is_refused_naming_the_address(listeners: dict[str, Listener]) -> None:
     address = listeners["web"].address  # the silent one: in a script below, beside the others
-    with pytest.raises(ClusterUnreachableError, match=rf"ray_address='{address}': something listens there but it "
-                                                      r"is not a Ray cluster's head \(it answered b'HTTP/1.1 "):
+    refused = (rf"ray_address='{address}': something listens there but it is not a Ray cluster's head \(it "
+               r"began with b'HTTP/1.1 ', not the HTTP/2 SETTINGS frame Ray's GCS \(a gRPC server\) begins with\)")
+    with pytest.raises(ClusterUnreachableError, match=refused):
         probe(address, subject="ray_address", how="")
 
 

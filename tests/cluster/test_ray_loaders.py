@@ -19,8 +19,9 @@ from tests.loading.test_tail_resume import CASES, assert_resumes_exactly, labels
 
 ray = pytest.importorskip("ray", reason="the Ray tests need ray[data]: pip install -e '.[ray]'")
 
-import fastload
 from fastload.converters import pack
+
+import fastload
 
 
 @pytest.fixture(scope="module")
