@@ -59,6 +59,7 @@ class Flight:
         self.exhausted = self.done = False
         self.lost: ClusterLostError | None = None
         self.suspect: set[str] = set()  # nodes an actor of this pass was lost on: resent batches go elsewhere
+        self.suspects: set[Any] = set()  # the actors on those nodes then: their deaths count against no batch
         # The loop's waits, each a share of its time per batch: measured where the loop takes its
         # batches (``RayPass``), not here, in the thread that runs ahead of it and waits when the loop does not.
         self.loop_waited: deque[float] = deque()
@@ -162,17 +163,15 @@ class Flight:
     def _resend(self, dead: Any, exc: Exception) -> None:
         """``dead``'s call failed: its batches (and, its node gone, those of every actor of ours
         there) go to actors on other nodes. A try is counted against a batch only when an actor
-        died while decoding it, on a node still up: a batch that keeps killing actors is the fault,
-        never a lost node."""
+        died while decoding it (its oldest) and nothing else explains the death: its node is up,
+        and no actor of this pass had died on that node before (its neighbours of then may be
+        dead with it, Ray not knowing yet). A batch that keeps killing actors is the fault, never
+        a lost node, however many actors it had."""
         node = self.pool.nodes.get(dead)
         gone, node_gone = self.pool.lost(dead)
-        if node is not None:
-            self.suspect.add(node)
         moved = [job for job in self.jobs if job.actor in gone]
-        for actor in gone if not node_gone else ():
-            decoding = min((job for job in moved if job.actor == actor), key=lambda job: job.sent, default=None)
-            if decoding is None:
-                continue
+        decoding = min((job for job in moved if job.actor == dead), key=lambda job: job.sent, default=None)
+        if decoding is not None and not node_gone and dead not in self.suspects:
             decoding.deaths += 1
             if decoding.deaths >= TRIES:
                 shown = ", ".join(str(key[0] if isinstance(key, tuple) else key) for key in decoding.keys[:8])
@@ -180,6 +179,9 @@ class Flight:
                                    f"was being decoded by each of {TRIES} decode actors when it died (the last: "
                                    f"{exc}); a record that crashes or exhausts the process decoding it? Run this "
                                    "epoch with mode='threads' to see the error") from exc
+        if node is not None and node not in self.suspect:
+            self.suspect.add(node)
+            self.suspects.update(actor for actor, on in self.pool.nodes.items() if on == node)
         for job in moved:
             self.pool.resent += 1
             self._send(job, self.pool.pick(self.jobs, avoid=self.suspect))

@@ -207,7 +207,6 @@ class ActorPool:
                     self.replaced += 1
                 elif each in self.retiring:  # its batches go to the others; none replaces it
                     self.retiring.remove(each)
-                self.nodes.pop(each, None)
                 self.local.discard(each)  # its replacement goes where it was wanted
                 self._kill(each)
                 if replace:
@@ -227,7 +226,7 @@ class ActorPool:
             for actor in given:
                 self.actors.remove(actor)
                 self.local.discard(actor)
-            return [(actor, self.nodes.pop(actor)) for actor in given]
+            return [(actor, self.nodes.pop(actor, "")) for actor in given]
 
     def adopt(self, given: list[tuple[Any, str]]) -> None:
         """Take another loader's started actors (decoding this pool's dataset the same way) as ours."""
@@ -248,5 +247,6 @@ class ActorPool:
             self._kill(actor)
 
     def _kill(self, actor: Any) -> None:
+        self.nodes.pop(actor, None)
         with contextlib.suppress(Exception):  # already dead, or Ray already shut down
             self.calls.kill(actor)

@@ -1,6 +1,7 @@
 """mode="ray" when the cluster fails under a pass (issue 44, items 2 and 3): the node holding all
-of a loader's decode actors is lost mid-epoch, removed (Ray knows at once) or killed (Ray learns
-it late), and every sample still comes once and in order; Ray shut down by the user mid-pass is an error in
+of a loader's decode actors is lost mid-epoch, removed (Ray knows at once) or crashed (Ray learns
+it late), and every sample still comes once and in order, while a record that kills each actor
+decoding it fails the epoch, named, after 3; Ray shut down by the user mid-pass is an error in
 the loop naming what happened, no Ray is started behind the user's back (no process of one is
 left), and the pass resumes exactly once the script connects again."""
 
@@ -64,13 +65,24 @@ def hold_cpus() -> list[Any]:
     return holds
 
 
+def crash(cluster: Any, node: Any) -> None:
+    """``node`` gone as a machine goes: its workers (the actors) and its raylet killed at once, no
+    word to Ray's head, which learns it from missed health checks, seconds later. A raylet
+    killed alone leaves its workers running orphaned for a while, still answering calls."""
+    psutil = pytest.importorskip("psutil")  # Ray's own dependency
+    raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
+    for worker in raylet.children(recursive=True):
+        worker.kill()
+    cluster.remove_node(node, allow_graceful=False)
+
+
 def test_a_node_lost_with_all_its_actors_loses_no_sample(cluster: Any, packed: Path) -> None:
     dataset = fastload.PackedDataset(packed, image_size=16)
     threads = fastload.DataLoader(dataset, batch_size=2, shuffle=True, seed=5, mode="threads")
     want = [labels_of(threads), labels_of(threads)]  # epochs 0 and 1
     remote = fastload.DataLoader(dataset, batch_size=2, shuffle=True, seed=5, mode="ray", num_workers=3)
     pool = remote._tail.pool
-    for epoch, graceful in enumerate((True, False)):  # removed (Ray knows at once), then killed (it learns late)
+    for epoch, graceful in enumerate((True, False)):  # removed (Ray knows at once), then crashed (it learns late)
         holds = hold_cpus()
         node = cluster.add_node(num_cpus=3)
         cluster.wait_for_nodes()
@@ -78,7 +90,10 @@ def test_a_node_lost_with_all_its_actors_loses_no_sample(cluster: Any, packed: P
         assert len(pool.actors) == 3 and set(pool.nodes.values()) == {node.node_id}
         replaced, it = pool.replaced, iter(remote)
         got = labels_of(itertools.islice(it, 2))
-        cluster.remove_node(node, allow_graceful=graceful)  # every actor of the loader goes, holding batches
+        if graceful:  # every actor of the loader goes, holding batches
+            cluster.remove_node(node)
+        else:
+            crash(cluster, node)
         for hold in holds:
             ray.kill(hold)  # the CPUs their replacements take
         got += labels_of(it)
@@ -87,6 +102,25 @@ def test_a_node_lost_with_all_its_actors_loses_no_sample(cluster: Any, packed: P
         assert got == want[epoch]
         assert pool.replaced - replaced == 3 and not set(pool.nodes.values()) & {node.node_id}
         remote._tail.close()  # the next round's actors start on its node
+
+
+def exit_on_record_7(sample: Any, generator: Any) -> Any:
+    """A record that ends the process decoding it (as one that exhausts its memory would)."""
+    if int(sample["label"]) == 7:
+        os._exit(1)
+    return sample
+
+
+def test_a_record_that_kills_each_actor_decoding_it_fails_the_epoch_naming_it(cluster: Any, packed: Path) -> None:
+    poisoned = fastload.PackedDataset(packed, image_size=16, sample_transform=exit_on_record_7)
+    remote = fastload.DataLoader(poisoned, batch_size=4, mode="ray", num_workers=2)
+    got = []
+    with pytest.raises(RuntimeError, match=r"(?s)mode='ray': the batch of records 4, 5, 6, 7 was being decoded by each "
+                                           r"of 3 decode actors when it died .*Run this epoch with mode='threads'"):
+        for _, labels in remote:
+            got += labels.tolist()
+    assert got == [0, 1, 2, 3]  # the batches before it, in order
+    assert remote._tail.pool.replaced >= 2
 
 
 def test_ray_shut_down_mid_pass_is_an_error_and_starts_no_ray(cluster: Any, packed: Path) -> None:
@@ -120,6 +154,7 @@ def test_ray_shut_down_mid_pass_is_an_error_and_starts_no_ray(cluster: Any, pack
     assert "then the error; Ray running: False" in done.stdout and "resumed: True" in done.stdout, said
     assert ("fastload.errors.ClusterLostError: mode='ray': Ray was shut down (ray.shutdown()) while this loader "
             "used it, and this pass ends here; fastload never starts Ray by itself") in done.stderr, said
+    assert "Exception in thread" not in said  # the pass given up told each actor alone, none raising
     assert "Started a local Ray instance" not in said and not _processes_in(runtime), said
 
 
