@@ -198,11 +198,8 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             self.dataset.fill_cache()
         inner: Any = None
         if self._tail is not None:  # already on the device, normalised
-            # The resumable index sampler, as torch's iterator draws it (the pass's state lives
-            # there), then the workers' base seed torch draws: a sampler drawing after it (a
-            # RandomSampler without a generator) gives the local modes' order.
-            keys = iter(self._index_sampler)
-            torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+            keys = iter(self._index_sampler)  # resumable, as torch's iterator draws it: the pass's state
+            torch.empty((), dtype=torch.int64).random_(generator=self.generator)  # torch's base seed: its order
             source: Iterator[Any] = self._tail.batches(keys)
         else:
             inner = source = super().__iter__()
