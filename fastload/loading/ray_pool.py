@@ -48,6 +48,7 @@ class ActorPool:
         self.starting: dict[Any, Any] = {}  # ready() call → actor
         self.retiring: list[Any] = []  # given no new batch; ended once none of theirs is in flight
         self.local: set[Any] = set()  # the actors (starting or started) placed on this process's node
+        self.deferred = 0  # actors to start anywhere once this node's own run: else one may take its CPU first
         self.replaced = self.retired = self.resent = self.cancelled = 0
         self.flights: weakref.WeakSet[Any] = weakref.WeakSet()  # this loader's passes (running while not done)
         self.digest: bytes | None = None  # of what the actors are given: equal, another loader's serve this one
@@ -71,30 +72,34 @@ class ActorPool:
         process's idle loaders of the same dataset first. With ``wait``, return once every one has
         started (or was replaced): a benchmark's warm-up, a test's known state."""
         with self.lock:
-            missing = self.low - len(self.actors) - len(self.starting)
+            missing = self.low - len(self.actors) - len(self.starting) - self.deferred
             if missing > 0:
                 if self.digest is None:
                     self.digest = hashlib.blake2b(self.calls.ray.cloudpickle.dumps((self.dataset, self.collate_fn))).digest()
                 missing -= lending.adopt(self, missing)
                 lending.make_room(self, missing)
                 self._start(missing)
-            while wait and self.starting:
+            while wait and (self.starting or self.deferred):
                 self._admit(wait=True)
 
     def _start(self, count: int) -> None:
-        """Start ``count`` actors: on this node while fewer than ``local_workers`` are, else spread."""
+        """Start ``count`` actors: on this node while fewer than ``local_workers`` are (the others
+        once those run), else spread over the cluster."""
         if count <= 0:
             return
         if self._remote is None:
             self._remote = self.calls.ray.remote(num_cpus=ACTOR_CPUS, max_restarts=0, scheduling_strategy="SPREAD",
                                                  concurrency_groups={CONTROL: 1})(DecodeActor)
             self._dataset_ref = self.calls.put(self.dataset)  # pickled once for every actor
-        for _ in range(count):
-            here = len(self.local) < self.local_workers
-            remote = self._remote.options(scheduling_strategy=self._here()) if here else self._remote
-            actor = self.calls.call(remote, self._dataset_ref, self.collate_fn, ACTOR_CPUS)
+        here = min(count, self.local_workers - len(self.local))
+        if here > 0:  # this node's own first; the others once they run (_admit)
+            self.deferred += count - here
+        placed = self._remote.options(scheduling_strategy=self._here()) if here > 0 else None
+        for k in range(count if here <= 0 else here):
+            actor = self.calls.call(placed if k < here else self._remote, self._dataset_ref, self.collate_fn,
+                                    ACTOR_CPUS)
             self.starting[self.calls.call(actor.ready)] = actor
-            if here:
+            if k < here:
                 self.local.add(actor)
 
     def _here(self) -> Any:
@@ -113,7 +118,7 @@ class ActorPool:
         """The started actor with the fewest batches of ``jobs``, off the nodes ``avoid`` while
         another has one (waiting for one to start if none has)."""
         with self.lock:
-            if not self.actors and not self.starting:  # given to another loader meanwhile
+            if not self.actors and not self.starting and not self.deferred:  # given to another loader meanwhile
                 self._start(self.low)
             self._admit(wait=not self.actors)
             load = Counter(job.actor for job in jobs)
@@ -126,7 +131,11 @@ class ActorPool:
         checks = iter(((NOTICE_S, placement.unplaced), (SLOW_S, placement.slow), (START_WAIT_S, placement.none_started)))
         until, check = next(checks)
         waited = 0.0
-        while self.starting:
+        while self.starting or self.deferred:
+            if self.deferred and not self.local & set(self.starting.values()):
+                count, self.deferred = self.deferred, 0
+                self._start(count)
+                continue
             done, _ = self.calls.wait(list(self.starting), num_returns=1, timeout=until - waited if wait else 0)
             if not done:
                 if not wait:
@@ -164,7 +173,7 @@ class ActorPool:
             if self.low == self.high or waited is None:
                 return
             self._admit(wait=False)
-            if self.starting:  # decide on batches decoded by every actor asked for
+            if self.starting or self.deferred:  # decide on batches decoded by every actor asked for
                 self.recent.clear()
                 return
             refs = [job.ref for job in jobs]
@@ -220,7 +229,7 @@ class ActorPool:
         with self.lock:
             for actor in [*self.starting.values(), *self.retiring]:
                 self._kill(actor)
-            self.starting, self.retiring = {}, []
+            self.starting, self.retiring, self.deferred = {}, [], 0
             ordered = sorted(self.actors, key=lambda actor: actor in self.local)
             given = ordered[: len(ordered) if count is None else count]
             for actor in given:
@@ -240,6 +249,7 @@ class ActorPool:
         with self.lock:
             self.actors, self.starting, self.nodes, self.retiring, self.local = [], {}, {}, [], set()
             self._remote = self._dataset_ref = None
+            self.deferred = 0
 
     def close(self) -> None:
         """End every actor (a later pass starts new ones)."""

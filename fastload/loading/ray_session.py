@@ -4,17 +4,23 @@ Ray's own ``ray.get``, ``ray.wait``, ``ray.kill`` and ``.remote`` start a new lo
 is running (``ray.init()``, its auto-init). Called from a loader's threads after the user's
 ``ray.shutdown()``, they would start one behind the user's back and leave its processes running;
 through :class:`RayCalls` they raise :class:`~fastload.errors.ClusterLostError` instead, which
-ends the pass in the loop with what happened and what to do.
+ends the pass in the loop with what happened and what to do. Each call holds Ray's own lock of
+``ray.init``/``ray.shutdown`` (waits in slices of ``SLICE_S``): a Ray shut down by another thread
+in the middle of a call ends the whole process ("The core worker has already been shutdown").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
 from fastload.errors import ClusterLostError
 
+SLICE_S = 0.2  # the longest a call holds Ray's connect/shutdown lock while waiting
 _WHAT_TO_DO = ("fastload never starts Ray by itself: to go on, save loader.state_dict(), connect again "
                "(ray.init(...)) and load it into the loader for a new pass, or use mode='threads'")
 
@@ -33,6 +39,7 @@ class RayCalls:
         self._get, self._wait = _without_auto_init(ray.get), _without_auto_init(ray.wait)
         self._kill, self._put = _without_auto_init(ray.kill), _without_auto_init(ray.put)
         self._context = _without_auto_init(ray.get_runtime_context)
+        self._lock = _connect_lock(ray)
         self.job = self._job()
 
     def live(self) -> None:
@@ -56,43 +63,66 @@ class RayCalls:
         return renewed
 
     def _job(self) -> str:
-        return self._context().get_job_id() if self.ray.is_initialized() else ""
+        with self._lock:
+            return self._context().get_job_id() if self.ray.is_initialized() else ""
 
-    def get(self, refs: Any, **options: Any) -> Any:
-        self.live()
-        return self._get(refs, **options)
+    @contextmanager
+    def _live(self) -> Iterator[None]:
+        """Within: Ray's own lock around ``ray.init``'s connect and ``ray.shutdown`` held, and the
+        Ray this loader joined checked running. A shutdown in another thread waits for the call
+        in progress (calling into a Ray being shut down ends the process), never cuts it."""
+        with self._lock:
+            self.live()
+            yield
 
-    def wait(self, refs: list[Any], **options: Any) -> tuple[list[Any], list[Any]]:
-        self.live()
-        return self._wait(refs, **options)
+    def get(self, refs: Any) -> Any:
+        with self._live():
+            return self._get(refs)
+
+    def wait(self, refs: list[Any], *, num_returns: int = 1, timeout: float) -> tuple[list[Any], list[Any]]:
+        """``ray.wait``, in slices of at most ``SLICE_S`` under the lock: a shutdown waits no longer."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            with self._live():
+                done, rest = self._wait(refs, num_returns=num_returns, timeout=max(0.0, min(left, SLICE_S)))
+            if len(done) >= num_returns or left <= SLICE_S:
+                return done, rest
 
     def put(self, value: Any) -> Any:
-        self.live()
-        return self._put(value)
+        with self._live():
+            return self._put(value)
 
     def kill(self, actor: Any) -> None:
-        self.live()
-        self._kill(actor, no_restart=True)
+        with self._live():
+            self._kill(actor, no_restart=True)
 
     def call(self, method: Any, *args: Any) -> Any:
         """``method.remote(*args)``: an actor's method, or a class made remote (an actor started)."""
-        self.live()
-        return method.remote(*args)
+        with self._live():
+            return method.remote(*args)
 
     def nodes(self) -> list[dict[str, Any]]:
-        self.live()
-        return self.ray.nodes()
+        with self._live():
+            return self.ray.nodes()
 
     def cpus(self) -> tuple[float, float]:
         """The cluster's free CPUs and all its CPUs."""
-        self.live()
-        return (float(self.ray.available_resources().get("CPU", 0)),
-                float(self.ray.cluster_resources().get("CPU", 0)))
+        with self._live():
+            return (float(self.ray.available_resources().get("CPU", 0)),
+                    float(self.ray.cluster_resources().get("CPU", 0)))
 
     def node_id(self) -> str:
         """The id of this process's own Ray node."""
-        self.live()
-        return self._context().get_node_id()
+        with self._live():
+            return self._context().get_node_id()
+
+
+def _connect_lock(ray: ModuleType) -> Any:
+    """The lock Ray holds through ``ray.init``'s connect and ``ray.shutdown`` (private to Ray: a
+    lock of this loader's own where a Ray has none, which orders nothing with Ray's)."""
+    lock = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_connect_or_shutdown_lock", None)
+    return lock if lock is not None else threading.RLock()
 
 
 def _without_auto_init(fn: Callable[..., Any]) -> Callable[..., Any]:
