@@ -99,7 +99,7 @@ def test_ray_missing_or_no_cluster_is_a_clear_error_and_a_script_ends_quietly(cl
         import sys
         sys.modules["ray"] = None
         import fastload
-        ds = fastload.PackedDataset({str(packed)!r}, image_size=32)
+        ds = fastload.PackedDataset({str(packed)!r}, image_size=32, train=True)
         try:
             fastload.DataLoader(ds, batch_size=4, mode="ray", num_workers=1)
         except ImportError as exc:
@@ -108,7 +108,7 @@ def test_ray_missing_or_no_cluster_is_a_clear_error_and_a_script_ends_quietly(cl
     unreachable = _run(f"""
         import fastload
         from fastload.cli import main
-        ds = fastload.PackedDataset({str(packed)!r}, image_size=32)
+        ds = fastload.PackedDataset({str(packed)!r}, image_size=32, train=True)
         for address in ("127.0.0.1:{port}", {not_ray!r}):
             try:
                 fastload.DataLoader(ds, batch_size=4, mode="ray", num_workers=1, ray_address=address)
@@ -119,7 +119,7 @@ def test_ray_missing_or_no_cluster_is_a_clear_error_and_a_script_ends_quietly(cl
         """)
     ending = _run(f"""
         import fastload
-        ds = fastload.PackedDataset({str(packed)!r}, image_size=32)
+        ds = fastload.PackedDataset({str(packed)!r}, image_size=32, train=True)
         loader = fastload.DataLoader(ds, batch_size=4, mode="ray", num_workers=1, ray_address={cluster.address!r})
         print(len(next(iter(loader))[1]), "samples")
         """)  # and the script ends with its loader (and actor) alive

@@ -61,7 +61,7 @@ def assert_same(got: list[tuple[torch.Tensor, torch.Tensor]], want: list[tuple[t
 
 
 def test_batches_are_the_threads_modes(cluster: Any, packed: Path) -> None:
-    ds = fastload.PackedDataset(packed, image_size=32)
+    ds = fastload.PackedDataset(packed, image_size=32, train=True)
     threads = fastload.DataLoader(ds, batch_size=5, shuffle=True, seed=3, mode="threads")
     remote = fastload.DataLoader(ds, batch_size=5, shuffle=True, seed=3, mode="ray", num_workers=2)
     assert (remote.settings.mode, remote.num_workers, remote.settings.prefetch_factor) == ("ray", 2, 2)
@@ -73,7 +73,7 @@ def test_batches_are_the_threads_modes(cluster: Any, packed: Path) -> None:
 
 
 def test_in_order_false_delivers_every_batch_once(cluster: Any, packed: Path) -> None:
-    ds = fastload.PackedDataset(packed, image_size=32)
+    ds = fastload.PackedDataset(packed, image_size=32, train=True)
     remote = fastload.DataLoader(ds, batch_size=3, shuffle=True, seed=4, mode="ray", num_workers=2,
                                  in_order=False, pin_memory=True)  # pinned only where CUDA is
     want = {tuple(y.tolist()): x for x, y in batches(fastload.DataLoader(ds, batch_size=3, shuffle=True, seed=4,
@@ -83,7 +83,7 @@ def test_in_order_false_delivers_every_batch_once(cluster: Any, packed: Path) ->
 
 
 def test_a_resume_mid_epoch_delivers_exactly_the_rest(cluster: Any, packed: Path) -> None:
-    ds = fastload.PackedDataset(packed, image_size=32)
+    ds = fastload.PackedDataset(packed, image_size=32, train=True)
     want = batches(fastload.DataLoader(ds, batch_size=4, shuffle=True, seed=9, mode="threads"))
     first = fastload.DataLoader(ds, batch_size=4, shuffle=True, seed=9, mode="ray", num_workers=2)
     head = batches(first, limit=3)
@@ -97,7 +97,7 @@ def test_a_resume_mid_epoch_delivers_exactly_the_rest(cluster: Any, packed: Path
 
 
 def test_two_ranks_get_the_threads_modes_shares_disjoint_and_complete(cluster: Any, packed: Path) -> None:
-    ds = fastload.PackedDataset(packed, image_size=32)
+    ds = fastload.PackedDataset(packed, image_size=32, train=True)
 
     def loader(rank: int, mode: str, **extra: Any) -> Any:
         sampler = EpochSampler(len(ds), shuffle=True, seed=11, rank=rank, world_size=2, drop_last=True, keyed=True)
@@ -120,8 +120,8 @@ def test_a_damaged_record_raises_in_its_place_or_is_skipped_and_counted(cluster:
     damaged = shutil.copytree(packed, tmp_path / "damaged.fl")
     flip_payload_byte(damaged, BAD)
 
-    raising = fastload.DataLoader(fastload.PackedDataset(damaged, image_size=32), batch_size=4, shuffle=False,
-                                  mode="ray", num_workers=1)
+    raising = fastload.DataLoader(fastload.PackedDataset(damaged, image_size=32, train=True), batch_size=4,
+                                  shuffle=False, mode="ray", num_workers=1)
     it = iter(raising)
     assert [y for _ in range(2) for y in next(it)[1].tolist()] == list(range(8))
     with pytest.raises(CorruptRecordError, match=rf"record {BAD} \(img{BAD:04d}.jpg\).*checksum"):
@@ -129,14 +129,14 @@ def test_a_damaged_record_raises_in_its_place_or_is_skipped_and_counted(cluster:
     assert next(it)[1].tolist() == [12, 13, 14, 15]  # the next batch follows, as in the local modes
     del it, raising
 
-    skipping = fastload.DataLoader(fastload.PackedDataset(damaged, image_size=32, on_error="skip"), batch_size=4,
-                                   shuffle=False, mode="ray", num_workers=1)
+    skipping = fastload.DataLoader(fastload.PackedDataset(damaged, image_size=32, train=True, on_error="skip"),
+                                   batch_size=4, shuffle=False, mode="ray", num_workers=1)
     assert [y for _, labels in skipping for y in labels.tolist()] == [i for i in range(RECORDS) if i != BAD]
     assert skipping.stats()["skipped"] == 1
 
 
 def test_elastic_actors_are_added_while_the_loop_waits_and_idle_ones_retired(cluster: Any, packed: Path) -> None:
-    ds = fastload.PackedDataset(packed, image_size=32)
+    ds = fastload.PackedDataset(packed, image_size=32, train=True)
     threads = fastload.DataLoader(ds, batch_size=2, shuffle=True, seed=6, mode="threads")
     remote = fastload.DataLoader(ds, batch_size=2, shuffle=True, seed=6, mode="ray", num_workers=2,
                                  ray_min_workers=1)
@@ -160,7 +160,7 @@ def test_elastic_actors_are_added_while_the_loop_waits_and_idle_ones_retired(clu
 
 
 def test_local_and_remote_actors_decode_together(cluster: Any, packed: Path) -> None:
-    ds = fastload.PackedDataset(packed, image_size=32)
+    ds = fastload.PackedDataset(packed, image_size=32, train=True)
     both = fastload.DataLoader(ds, batch_size=3, shuffle=True, seed=8, mode="ray", num_workers=2,
                                ray_local_workers=1)
     both._tail.start(wait=True)
@@ -185,7 +185,7 @@ def test_a_pass_given_up_takes_back_its_queued_batches(cluster: Any, packed: Pat
             time.sleep(0.01)
         return sample
 
-    ds = fastload.PackedDataset(packed, image_size=32, sample_transform=gated)
+    ds = fastload.PackedDataset(packed, image_size=32, train=True, sample_transform=gated)
     remote = fastload.DataLoader(ds, batch_size=2, shuffle=False, seed=7, mode="ray", num_workers=1,
                                  prefetch_factor=4)
     it = iter(remote)
@@ -205,7 +205,7 @@ def test_a_pass_given_up_takes_back_its_queued_batches(cluster: Any, packed: Pat
 
 
 def test_what_mode_ray_refuses(cluster: Any, packed: Path) -> None:
-    ds = fastload.PackedDataset(packed, image_size=32)
+    ds = fastload.PackedDataset(packed, image_size=32, train=True)
     with pytest.raises(ValueError, match=r"mode='ray' needs num_workers >= 1 \(the decode actors"):
         fastload.DataLoader(ds, batch_size=4, mode="ray")
     with pytest.raises(ValueError, match="mode='ray' with batch_size=None"):

@@ -77,7 +77,7 @@ def crash(cluster: Any, node: Any) -> None:
 
 
 def test_a_node_lost_with_all_its_actors_loses_no_sample(cluster: Any, packed: Path) -> None:
-    dataset = fastload.PackedDataset(packed, image_size=16)
+    dataset = fastload.PackedDataset(packed, image_size=16, train=True)
     threads = fastload.DataLoader(dataset, batch_size=2, shuffle=True, seed=5, mode="threads")
     want = [labels_of(threads), labels_of(threads)]  # epochs 0 and 1
     remote = fastload.DataLoader(dataset, batch_size=2, shuffle=True, seed=5, mode="ray", num_workers=3)
@@ -112,7 +112,7 @@ def exit_on_record_7(sample: Any, generator: Any) -> Any:
 
 
 def test_a_record_that_kills_each_actor_decoding_it_fails_the_epoch_naming_it(cluster: Any, packed: Path) -> None:
-    poisoned = fastload.PackedDataset(packed, image_size=16, sample_transform=exit_on_record_7)
+    poisoned = fastload.PackedDataset(packed, image_size=16, train=True, sample_transform=exit_on_record_7)
     remote = fastload.DataLoader(poisoned, batch_size=4, mode="ray", num_workers=2)
     got = []
     with pytest.raises(RuntimeError, match=r"(?s)mode='ray': the batch of records 4, 5, 6, 7 was being decoded by each "
@@ -129,8 +129,8 @@ def test_ray_shut_down_mid_pass_is_an_error_and_starts_no_ray(cluster: Any, pack
         import ray
         import fastload
         ray.init(address={cluster.address!r}, log_to_driver=False, logging_level="ERROR")
-        loader = fastload.DataLoader(fastload.PackedDataset({str(packed)!r}, image_size=16), batch_size=4,
-                                     mode="ray", num_workers=1)
+        loader = fastload.DataLoader(fastload.PackedDataset({str(packed)!r}, image_size=16, train=True),
+                                     batch_size=4, mode="ray", num_workers=1)
         seen = []
         try:
             for images, labels in loader:

@@ -55,8 +55,8 @@ def test_a_resume_through_any_torch_sampler_delivers_exactly_the_rest(cluster: A
 def test_a_loader_takes_the_actors_of_others_between_passes_or_names_a_running_one(cluster: Any, packed: Path,
                                                                                   kept: list[Any]) -> None:
     def loader(image_size: int, **extra: Any) -> Any:
-        return fastload.DataLoader(fastload.PackedDataset(packed, image_size=image_size), batch_size=4, shuffle=True,
-                                   seed=1, **extra)
+        return fastload.DataLoader(fastload.PackedDataset(packed, image_size=image_size, train=True), batch_size=4,
+                                   shuffle=True, seed=1, **extra)
 
     kept.clear()  # the resume tests' loaders: gone, and their actors with them
     gc.collect()
