@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -147,15 +148,19 @@ def test_ray_shut_down_mid_pass_is_an_error_and_starts_no_ray(cluster: Any, pack
         """
     env = {**os.environ, "RAY_TMPDIR": runtime}
     env.pop("RAY_ADDRESS", None)
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=REPO, env=env, text=True,
-                          capture_output=True, timeout=240, check=False)
+    try:
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=REPO, env=env, text=True,
+                              capture_output=True, timeout=240, check=False)
+        left = _processes_in(runtime)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
     said = done.stdout + done.stderr
     assert done.returncode == 1, said
     assert "then the error; Ray running: False" in done.stdout and "resumed: True" in done.stdout, said
     assert ("fastload.errors.ClusterLostError: mode='ray': Ray was shut down (ray.shutdown()) while this loader "
             "used it, and this pass ends here; fastload never starts Ray by itself") in done.stderr, said
     assert "Exception in thread" not in said  # the pass given up told each actor alone, none raising
-    assert "Started a local Ray instance" not in said and not _processes_in(runtime), said
+    assert "Started a local Ray instance" not in said and not left, said
 
 
 def _processes_in(folder: str) -> list[str]:
