@@ -55,6 +55,10 @@ class ClusterUnreachableError(FastloadError, ConnectionError):
     """No Ray cluster answered at the address given (or none runs where ``"auto"`` looks)."""
 
 
+class ClusterLostError(FastloadError, ConnectionError):
+    """The Ray a ``mode="ray"`` loader ran on was shut down (or replaced) while it used it."""
+
+
 class SkippedRecordWarning(UserWarning):
     """A damaged record was dropped from its batch by ``on_error="skip"`` (said once per shard)."""
 

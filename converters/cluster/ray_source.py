@@ -29,7 +29,11 @@ from fastload.converters.sources.listing import list_to_pack
 
 from fastload.errors import SourceError
 from fastload.format import NO_LABEL, StorageKind
+from fastload.loading.ray_connect import probe
 from fastload.storage.location import is_remote
+
+_HOW = ("give the address of a running cluster's head (--ray-address or RAY_ADDRESS; `ray start --head` "
+        "starts one), or neither to pack on a Ray of this pack's own")
 
 
 def pack_on_ray(src: str | os.PathLike[str], out: str | os.PathLike[str] | None, *, address: str | None,
@@ -44,6 +48,11 @@ def pack_on_ray(src: str | os.PathLike[str], out: str | os.PathLike[str] | None,
     (``root``, ``allow_outside_root``, ``table``); the listing's skips are the report's too."""
     started = time.perf_counter()
     on_error = on_error_spelling(on_error)
+    import ray
+
+    if address is not None and address not in ("auto", "local") and not address.startswith("ray://") \
+            and not ray.is_initialized():
+        probe(address, subject="Ray address", how=_HOW)  # before the listing: ray.init would wait minutes
     if is_remote(src):
         raise SourceError(f"{src}: --ray packs a local (or shared) folder; copy a store prefix to a shared folder "
                           "first (OUT may be a store URL)")
@@ -60,8 +69,6 @@ def pack_on_ray(src: str | os.PathLike[str], out: str | os.PathLike[str] | None,
     if listing.file_fields:
         raise SourceError(f"{src}: its records have file fields ({', '.join(listing.file_fields)}), which --ray "
                           "does not pack yet; pack without --ray")
-    import ray
-
     labelled = listing.classes is not None or any(item.label != NO_LABEL for item in listing.items)
     pack = ClusterPack(out_path, image=IMAGE, label=LABEL if labelled else None, key=KEY, order=ORDER,
                        fields=dict(listing.fields), classes=listing.classes, format=format, shard_size=shard_size,

@@ -198,7 +198,9 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             self.dataset.fill_cache()
         inner: Any = None
         if self._tail is not None:  # already on the device, normalised
-            source: Iterator[Any] = self._tail.batches(iter(self.batch_sampler))
+            keys = iter(self._index_sampler)  # resumable, as torch's iterator draws it: the pass's state
+            torch.empty((), dtype=torch.int64).random_(generator=self.generator)  # torch's base seed: its order
+            source: Iterator[Any] = self._tail.batches(keys)
         else:
             inner = source = super().__iter__()
             if self.settings.mode == "threads":

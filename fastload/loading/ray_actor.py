@@ -56,6 +56,9 @@ class DecodeActor:
         self.dropped.add(pass_id)
 
 
+ACTOR_CPUS = 1
+"""What each decode actor asks of the cluster; it decodes with as many threads."""
+
 CONTROL = "control"
 """The concurrency group of :meth:`DecodeActor.drop`: one thread of its own, beside the decoding one."""
 

@@ -1,20 +1,16 @@
-"""DataLoader(mode="ray") on the package's real Ray cluster (two nodes of one CPU each, one more
-added where a node is to be lost): the batches of mode="threads", pixels and labels, epoch after
-epoch; a node lost mid-epoch leaves every sample once and in order; a resume mid-epoch with a new
+"""DataLoader(mode="ray") on the package's real Ray cluster (two nodes of one CPU each): the
+batches of mode="threads", pixels and labels, epoch after epoch; a resume mid-epoch with a new
 loader delivers exactly the rest; two ranks' shares are the threads mode's, disjoint and complete;
 a damaged record raises in its batch's place (the next batch follows) or is skipped and counted;
-elastic actors are added while the loop waits and idle ones retired, losing and moving no batch;
-Ray missing or no cluster reachable is a clear error."""
+elastic actors are added while the loop waits and idle ones retired, losing and moving no batch.
+Joining a cluster (or not) is tests/cluster/test_ray_connect.py's; a node lost under a pass and
+Ray shut down mid-pass, test_ray_faults.py's; several loaders in one process, test_ray_loaders.py's."""
 
 from __future__ import annotations
 
 import gc
 import itertools
 import shutil
-import socket
-import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import REPO, flip_payload_byte
+from tests.conftest import flip_payload_byte
 from tests.loading.helpers import write_id_list
 
 ray = pytest.importorskip("ray", reason="the Ray tests need ray[data]: pip install -e '.[ray]'")
@@ -71,9 +67,9 @@ def test_batches_are_the_threads_modes(cluster: Any, packed: Path) -> None:
     assert (remote.settings.mode, remote.num_workers, remote.settings.prefetch_factor) == ("ray", 2, 2)
     assert_same(batches(remote), batches(threads))  # the first batches go to the first actor up
     remote._tail.start(wait=True)
-    assert len(remote._tail.actors) == 2 and len(set(remote._tail.nodes.values())) == 2  # one a node
+    assert len(remote._tail.actors) == 2 and len(set(remote._tail.pool.nodes.values())) == 2  # one a node
     assert_same(batches(remote), batches(threads))  # the second epoch: another order, both actors
-    assert remote._tail.replaced == 0
+    assert remote._tail.pool.replaced == 0
 
 
 def test_in_order_false_delivers_every_batch_once(cluster: Any, packed: Path) -> None:
@@ -84,27 +80,6 @@ def test_in_order_false_delivers_every_batch_once(cluster: Any, packed: Path) ->
                                                                           mode="threads"))}
     got = {tuple(y.tolist()): x for x, y in batches(remote)}
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
-
-
-def test_a_node_lost_mid_epoch_loses_no_sample(cluster: Any, packed: Path) -> None:
-    node = cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
-    slow = fastload.PackedDataset(packed, image_size=32, train=True,
-                                  sample_transform=lambda sample, generator: (time.sleep(0.03), sample)[1])
-    remote = fastload.DataLoader(slow, batch_size=2, shuffle=True, seed=5, mode="ray", num_workers=3)
-    remote._tail.start(wait=True)
-    doomed = [a for a, n in remote._tail.nodes.items() if n == node.node_id]
-    assert len(doomed) == 1  # one actor a node: each asks for the node's one CPU
-    it = iter(remote)
-    got = batches(it, limit=2)
-    cluster.remove_node(node)  # its actor holds batches of this epoch
-    got += batches(it)
-    want = batches(fastload.DataLoader(fastload.PackedDataset(packed, image_size=32, train=True), batch_size=2,
-                                       shuffle=True, seed=5, mode="threads"))
-    assert_same(got, want)  # every sample once, in the sampler's order
-    assert sorted(y for _, labels in got for y in labels.tolist()) == list(range(RECORDS))
-    assert remote._tail.replaced == 1 and doomed[0] not in remote._tail.actors
-    assert remote._tail.resent >= 1  # the lost actor's batches went to the others
 
 
 def test_a_resume_mid_epoch_delivers_exactly_the_rest(cluster: Any, packed: Path) -> None:
@@ -167,20 +142,20 @@ def test_elastic_actors_are_added_while_the_loop_waits_and_idle_ones_retired(clu
                                  ray_min_workers=1)
     tail = remote._tail
     shown = Seen(waited=1.0, idle=0)  # what the policy sees, whatever the timings: a loop held up by decoding
-    tail.policy = lambda recent, actors: target([shown] * WINDOW, actors, low=1, high=2)
+    tail.pool.policy = lambda recent, actors: target([shown] * WINDOW, actors, low=1, high=2)
 
     got, counts = [], []
     for images, labels in remote:
         got.append((images.clone(), labels.clone()))
-        counts.append(len(tail.actors) + len(tail.starting))
+        counts.append(len(tail.actors) + len(tail.pool.starting))
     assert counts[0] == 1 and counts[-1] == 2 and counts == sorted(counts)  # one actor, then a second asked for
     tail.start(wait=True)
-    assert remote.stats()["actors"] == 2 and len(set(tail.nodes.values())) == 2
+    assert remote.stats()["actors"] == 2 and len(set(tail.pool.nodes.values())) == 2
     assert_same(got, batches(threads))
 
     shown = Seen(waited=0.0, idle=1)  # a loop that never waits, an actor with nothing to do
     got = batches(remote)
-    assert (remote.stats()["actors"], tail.retired, tail.retiring, tail.replaced) == (1, 1, [], 0)
+    assert (remote.stats()["actors"], tail.pool.retired, tail.pool.retiring, tail.pool.replaced) == (1, 1, [], 0)
     assert_same(got, batches(threads))  # the retired actor's last batches delivered in their place
 
 
@@ -190,9 +165,9 @@ def test_local_and_remote_actors_decode_together(cluster: Any, packed: Path) -> 
                                ray_local_workers=1)
     both._tail.start(wait=True)
     here = ray.get_runtime_context().get_node_id()
-    assert [both._tail.nodes[actor] == here for actor in both._tail.actors].count(True) == 1
-    assert len(set(both._tail.nodes.values())) == 2  # the other on the other node
-    assert both._tail.local == {actor for actor in both._tail.actors if both._tail.nodes[actor] == here}
+    assert [both._tail.pool.nodes[actor] == here for actor in both._tail.actors].count(True) == 1
+    assert len(set(both._tail.pool.nodes.values())) == 2  # the other on the other node
+    assert both._tail.pool.local == {actor for actor in both._tail.actors if both._tail.pool.nodes[actor] == here}
     assert_same(batches(both), batches(fastload.DataLoader(ds, batch_size=3, shuffle=True, seed=8, mode="threads")))
 
 
@@ -218,11 +193,11 @@ def test_a_pass_given_up_takes_back_its_queued_batches(cluster: Any, packed: Pat
     del it  # the loop breaks off
     gc.collect()
     deadline = time.monotonic() + 60
-    while remote._tail.cancelled == 0 and time.monotonic() < deadline:
+    while remote._tail.pool.cancelled == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert remote._tail.cancelled == 4  # taken back: the held batch and the three queued behind it
+    assert remote._tail.pool.cancelled == 4  # taken back: the held batch and the three queued behind it
     gate.touch()
-    ray.get(remote._tail.actors[0].ready.remote())  # after the batch it had started
+    ray.get(remote._tail.pool.actors[0].ready.remote())  # after the batch it had started
     assert len(list(calls.iterdir())) == 4  # the first batch and the started one: none of the queued ran
     want = fastload.DataLoader(ds, batch_size=2, shuffle=False, seed=7, mode="threads")
     batches(want, limit=1)  # the same pass given up: the next is epoch 1 (other crops)
@@ -245,47 +220,3 @@ def test_what_mode_ray_refuses(cluster: Any, packed: Path) -> None:
     with pytest.raises(ValueError, match=r"ray_min_workers=1, ray_local_workers=1 apply to mode='ray' only, and "
                                          r"this loader's mode is 'threads': pass mode='ray' or drop them"):
         fastload.DataLoader(ds, batch_size=4, mode="threads", ray_min_workers=1, ray_local_workers=1)
-
-
-def _run(code: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-
-def test_ray_missing_or_no_cluster_is_a_clear_error_and_a_script_ends_quietly(cluster: Any, packed: Path) -> None:
-    with socket.socket() as s:  # a port where nothing listens
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    missing = _run(f"""
-        import sys
-        sys.modules["ray"] = None
-        import fastload
-        ds = fastload.PackedDataset({str(packed)!r}, image_size=32, train=True)
-        try:
-            fastload.DataLoader(ds, batch_size=4, mode="ray", num_workers=1)
-        except ImportError as exc:
-            print(type(exc).__name__, exc)
-        """)
-    unreachable = _run(f"""
-        import fastload
-        ds = fastload.PackedDataset({str(packed)!r}, image_size=32, train=True)
-        try:
-            fastload.DataLoader(ds, batch_size=4, mode="ray", num_workers=1, ray_address="127.0.0.1:{port}")
-        except ConnectionError as exc:
-            print(type(exc).__name__, exc)
-        """)
-    ending = _run(f"""
-        import fastload
-        ds = fastload.PackedDataset({str(packed)!r}, image_size=32, train=True)
-        loader = fastload.DataLoader(ds, batch_size=4, mode="ray", num_workers=1, ray_address={cluster.address!r})
-        print(len(next(iter(loader))[1]), "samples")
-        """)  # and the script ends with its loader (and actor) alive
-    said = [p.communicate(timeout=240)[0] for p in (missing, unreachable, ending)]
-    assert ending.returncode == 0 and said[2].strip().splitlines()[-1] == "4 samples", said[2]
-    assert "Traceback" not in said[2] and "Exception ignored" not in said[2], said[2]
-    assert said[0].startswith("MissingDependencyError DataLoader(mode='ray') (decoding on a Ray cluster) "
-                              "needs the ray[data] package"), said[0]
-    assert "pip install ray[data]" in said[0]
-    assert said[1].startswith(f"ClusterUnreachableError ray_address='127.0.0.1:{port}': no Ray cluster is "
-                              "reachable there"), said[1]
-    assert "ray start --head" in said[1]
