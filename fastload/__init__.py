@@ -9,7 +9,7 @@ import importlib
 from typing import Any
 
 from fastload.errors import (
-    BucketNotFound, CacheWarning, ClusterUnreachableError, CorruptRecordError, DatasetNotFoundError, FastloadError, ManifestError, MissingDependencyError,
+    BucketNotFound, CacheWarning, ClusterLostError, ClusterUnreachableError, CorruptRecordError, DatasetNotFoundError, FastloadError, ManifestError, MissingDependencyError,
     PackError, RemoteAccessDenied, RemoteNotFound, RemoteReadError, SkippedRecordWarning, SourceError,
     SourceNotFoundError,
 )
@@ -44,7 +44,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "BucketNotFound", "CacheWarning", "ClusterUnreachableError", "CorruptRecordError", "DataLoader", "DatasetNotFoundError", "FastloadError", "LoaderSettings",
+    "BucketNotFound", "CacheWarning", "ClusterLostError", "ClusterUnreachableError", "CorruptRecordError", "DataLoader", "DatasetNotFoundError", "FastloadError", "LoaderSettings",
     "ManifestError", "MissingDependencyError", "MixedDataset", "PackError", "PackedDataset", "RemoteAccessDenied", "RemoteNotFound",
     "RemoteReadError", "SkippedRecordWarning", "SourceError", "SourceNotFoundError", "VerifyReport", "__version__",
     "PackReport", "Writer", "describe", "pack", "tune", "verify",

@@ -27,6 +27,7 @@ from fastload.loading.stats import LoaderStats
 from fastload.loading.transfer import ImageLayout, Normalizer, resolve_device
 from fastload.samples.user_transforms import BatchTransform
 from fastload.sampling.epoch_sampler import EpochSampler
+from fastload.sampling.epoch_state import epoch_state, resume_epoch
 from fastload.sampling.iterable_resume import iterable_state, load_iterable_state
 from fastload.sampling.resume import ResumableSampler
 
@@ -231,19 +232,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
             if isinstance(self.dataset, torch.utils.data.IterableDataset):
                 return iterable_state(self.dataset, num_workers=self.num_workers)
             return self._index_sampler.state(self._progress.get("batches", 0))
-        progress = self._progress
-        if "epoch" in progress and not sampler.pinned:
-            epoch, position = progress["epoch"], progress["start"] + progress["delivered"]
-            consumed = progress["consumed"]
-        else:  # no iteration yet, or set_epoch()/load_state_dict() chose the next one
-            epoch, position = sampler.upcoming()
-            consumed = sampler.consumed if epoch == sampler.epoch else 0
-        state = {"epoch": epoch, "position": position, "consumed": consumed, "seed": sampler.seed,
-                 "num_samples": sampler.num_samples, "world_size": sampler.world_size,
-                 "rank": sampler.rank, "shuffle": sampler.shuffle, "drop_last": sampler.drop_last}
-        if sampler.mix is not None:  # a MixedDataset's sources and counts
-            state["mix"] = sampler.mix.signature()
-        return state
+        return epoch_state(sampler, self._progress)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next iteration yields exactly the samples the saved loader had not delivered.
@@ -254,32 +243,12 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         truncates it to a multiple of the new world size, padding repeats its start).
         """
         sampler = self.epoch_sampler
-        if sampler is None:
-            if isinstance(self.dataset, torch.utils.data.IterableDataset):
-                load_iterable_state(self.dataset, state, num_workers=self.num_workers)
-            else:
-                self._index_sampler.load(state)
-            self._progress = {}
-            return
-        if "seed" in state and not sampler.seed_given:
-            sampler.seed = state["seed"]  # drawn from torch's RNG when saved: resume that run's order
-        mix = None if sampler.mix is None else sampler.mix.signature()
-        if state.get("mix") != mix:
-            raise ValueError(f"load_state_dict: the state was saved from the mix {state.get('mix')} but this "
-                             f"loader's is {mix}; resume with the same sources and shares")
-        for name in ("seed", "num_samples", "shuffle", "drop_last"):
-            if name in state and state[name] != getattr(sampler, name):
-                raise ValueError(f"load_state_dict: the state has {name}={state[name]!r} but this loader "
-                                 f"has {getattr(sampler, name)!r}; resume with the same dataset and settings")
-        epoch, position, consumed = int(state["epoch"]), int(state["position"]), int(state.get("consumed", 0))
-        saved_world = int(state.get("world_size", sampler.world_size))
-        if saved_world != sampler.world_size:  # elastic: from a prefix of the global order
-            consumed, position = min(consumed + position * saved_world, sampler.num_samples), 0
-        sampler.resume(epoch, 0, consumed)
-        if position == len(sampler.share()):
-            sampler.resume(epoch + 1, 0)  # that epoch was complete
+        if sampler is not None:
+            resume_epoch(sampler, state)
+        elif isinstance(self.dataset, torch.utils.data.IterableDataset):
+            load_iterable_state(self.dataset, state, num_workers=self.num_workers)
         else:
-            sampler.resume(epoch, position, consumed)
+            self._index_sampler.load(state)
         self._progress = {}
 
     def stats(self, reset: bool = False) -> dict[str, float]:

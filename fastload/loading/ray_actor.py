@@ -100,7 +100,7 @@ def to_tensors(batch: Any, pin: bool) -> Any:
 
 def walk(batch: Any, kind: type, fn: Callable[[Any], Any]) -> Any:
     """``batch`` with ``fn`` applied to every ``kind`` inside it (:func:`map_tensors`), its
-    ``on_error="skip"`` count kept."""
+    ``on_error="skip"`` count and pixel cache counts kept."""
     if isinstance(batch, SkipCounted):
-        return with_skips(map_tensors(batch._plain(batch), fn, kind), batch.skipped)
+        return with_skips(map_tensors(batch._plain(batch), fn, kind), batch.skipped, batch.pixel_counts)
     return map_tensors(batch, fn, kind)

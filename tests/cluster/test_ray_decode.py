@@ -220,3 +220,20 @@ def test_what_mode_ray_refuses(cluster: Any, packed: Path) -> None:
     with pytest.raises(ValueError, match=r"ray_min_workers=1, ray_local_workers=1 apply to mode='ray' only, and "
                                          r"this loader's mode is 'threads': pass mode='ray' or drop them"):
         fastload.DataLoader(ds, batch_size=4, mode="threads", ray_min_workers=1, ray_local_workers=1)
+
+
+def test_a_pixel_cache_fills_on_the_actors_and_its_counts_reach_the_loop(cluster: Any, packed: Path,
+                                                                         tmp_path: Path) -> None:
+    """The actors crop from the pixel cache on their nodes (one folder here: one machine), and its
+    counts ride back in each batch to loader.stats(), as they do from worker processes."""
+    ds = fastload.PackedDataset(packed, image_size=32, train=True, pixel_cache=tmp_path / "pixels")
+    remote = fastload.DataLoader(ds, batch_size=5, shuffle=True, seed=3, mode="ray", num_workers=2)
+    threads = fastload.DataLoader(fastload.PackedDataset(packed, image_size=32, train=True,
+                                                         pixel_cache=tmp_path / "threads"),
+                                  batch_size=5, shuffle=True, seed=3, mode="threads")
+    assert_same(batches(remote), batches(threads))  # epoch 1: decoded, stored and cropped
+    first = remote.stats(reset=True)["pixel_cache"]
+    assert (first["stored"], first["hits"]) == (RECORDS, 0)
+    assert_same(batches(remote), batches(threads))  # epoch 2: cropped from the stored pixels
+    second = remote.stats()["pixel_cache"]
+    assert (second["hits"], second["misses"]) == (RECORDS, 0)
