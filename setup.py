@@ -14,11 +14,11 @@ setup(ext_modules=[Extension("fastload.decode._jpeg_region",
                                       "fastload/decode/jpeg_splice.c", "fastload/decode/jpeg_errors.c",
                                       "fastload/decode/jpeg_restarts.c", "fastload/decode/resample.c",
                                       "fastload/decode/resample_axes.c", "fastload/decode/resample_store.c",
-                                      "fastload/decode/mask_rows.c"],
+                                      "fastload/decode/mask_rows.c", "fastload/decode/crop_taps.c"],
                              depends=["fastload/decode/jpeg_region.h", "fastload/decode/jpeg_splice.h",
                                       "fastload/decode/jpeg_errors.h", "fastload/decode/jpeg_restarts.h",
                                       "fastload/decode/resample.h", "fastload/decode/resample_axes.h",
                                       "fastload/decode/resample_store.h", "fastload/decode/cpu_features.h",
-                                      "fastload/decode/mask_rows.h"],
+                                      "fastload/decode/mask_rows.h", "fastload/decode/crop_taps.h"],
                              # -O3 vectorises resample.c's column pass (some Pythons build with -O2).
                              extra_compile_args=["-O3"], libraries=["jpeg"], optional=True)])

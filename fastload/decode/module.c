@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "crop_taps.h"
 #include "jpeg_region.h"
 #include "jpeg_restarts.h"
 #include "mask_rows.h"
@@ -267,6 +268,7 @@ static PyMethodDef methods[] = {
     {"resize_into", resize_into, METH_VARARGS, resize_into_doc},
     {"add_restart_markers", add_restart_markers, METH_VARARGS, add_restart_markers_doc},
     {"mask_rows_into", fastload_mask_rows_into, METH_VARARGS, fastload_mask_rows_into_doc},
+    {"crop_taps", fastload_crop_taps, METH_VARARGS, fastload_crop_taps_doc},
     {NULL, NULL, 0, NULL},
 };
 
