@@ -86,17 +86,19 @@ def numpy_taps(starts: np.ndarray, extents: np.ndarray, lows: np.ndarray, highs:
     """``crop_taps`` in NumPy (the same arithmetic, for a machine without the native module)."""
     n = len(starts)
     taps = index.size // max(1, n * out_size)
+    # As fastload_axis: the box in float (as Pillow takes it), everything else in double.
     start = (starts - lows).astype(np.float32)
-    scale = (start + extents.astype(np.float32) - start).astype(np.float64) / out_size  # a float span, as Pillow's
+    span = (starts - lows + extents).astype(np.float32) - start
+    scale = span.astype(np.float64) / out_size
     stretch = np.maximum(scale, 1.0)[:, None]
     center = start.astype(np.float64)[:, None] + (np.arange(out_size) + 0.5) * scale[:, None]
     first = np.maximum(np.trunc(center - stretch + 0.5), 0)
     count = np.minimum(np.trunc(center + stretch + 0.5), (highs - lows)[:, None]) - first
     t = np.arange(taps)
-    w = np.clip(1.0 - np.abs((first[..., None] + t - center[..., None] + 0.5) / stretch[..., None]), 0.0, None)
+    w = np.clip(1.0 - np.abs((first[..., None] + t - center[..., None] + 0.5) * (1.0 / stretch)[..., None]), 0.0, None)
     w *= t < count[..., None]
-    w /= np.where(w.sum(-1, keepdims=True) == 0, 1.0, w.sum(-1, keepdims=True))
-    w = np.floor(w * (1 << PRECISION_BITS) + 0.5) / (1 << PRECISION_BITS)
+    total = w.sum(-1, keepdims=True)
+    w = np.floor(np.divide(w, total, out=w, where=total != 0) * (1 << PRECISION_BITS) + 0.5) / (1 << PRECISION_BITS)
     begin = first.min(axis=1, initial=np.inf)[:, None]
     slots = np.where(t < count[..., None], first[..., None] - begin[..., None] + t, first[..., None] - begin[..., None])
     order = np.where(flips[:, None].astype(bool), np.arange(out_size)[::-1], np.arange(out_size))

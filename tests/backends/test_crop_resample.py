@@ -110,3 +110,49 @@ def test_a_batch_of_256_any_sizes_takes_a_fixed_handful_of_operations():
     assert counted.ops["aten.bmm"] == 2 and counted.ops["aten.copy_"] == 0
     k = 77  # and the pixels are still Pillow's
     assert np.abs(out[k].numpy().astype(int) - pillow_crop(images[k], crops[k], (24, 24))).max() <= 1
+
+
+def test_rows_padded_apart_resample_as_packed_rows():
+    """A GPU decoder may lay an image's rows out pitched (row_bytes past width × 3): the padding,
+    whatever it holds, weighs nothing."""
+    rng = np.random.default_rng(8)
+    images = [photo_like(int(rng.integers(20, 90)), int(rng.integers(20, 90)), seed) for seed in range(6)]
+    crops = [random_crop(p.shape[0], p.shape[1], rng) for p in images]
+    packed = torch.zeros((6, 3, 20, 28), dtype=torch.uint8)
+    resample(packed, list(range(6)), images, crops)
+    pitched, shapes = [], []
+    for p in images:
+        h, w, _ = p.shape
+        row_bytes = w * 3 + 64
+        rows = np.full((h, row_bytes), 255, dtype=np.uint8)
+        rows[:, :w * 3] = p.reshape(h, w * 3)
+        pitched.append(torch.from_numpy(rows.reshape(-1)[:(h - 1) * row_bytes + w * 3].copy()))
+        shapes.append((h, w, row_bytes))
+    out = torch.zeros_like(packed)
+    resample_into(out, pitched, plan_chunks(shapes, crops, list(range(6)), (20, 28), torch.float32))
+    assert torch.equal(out, packed)
+
+
+def test_the_native_taps_are_numpys_to_the_bit():
+    """The native module's crop_taps (Pillow's fastload_axis) and the NumPy fallback agree exactly:
+    boxes cut out first and not, flipped and not, up- and downscaled."""
+    taps = resample_plan.native_taps()
+    if taps is None:
+        pytest.skip("fastload.decode._jpeg_region is not built here")
+    rng = np.random.default_rng(1)
+    n = 200
+    starts, extents = rng.uniform(0, 100, n), rng.uniform(4, 400, n)
+    lows, highs = np.zeros(n, np.int64), np.ceil(starts + extents).astype(np.int64) + rng.integers(0, 20, n)
+    cut = rng.integers(0, 2, n).astype(bool)
+    starts[cut], extents[cut] = np.floor(starts[cut]), np.floor(extents[cut])
+    lows[cut], highs[cut] = starts[cut].astype(np.int64), (starts[cut] + extents[cut]).astype(np.int64)
+    flips = rng.integers(0, 2, n).astype(np.uint8)
+    for out_size in (24, 224):
+        count = resample_plan._taps_needed(np.stack([starts, extents, lows, highs], 1), out_size)
+        native, fallback = ([np.empty(n * out_size * count, np.int64), np.empty(n * out_size * count, np.float32),
+                             np.empty((n, 2), np.int64)] for _ in range(2))
+        taps(starts, extents, lows, highs, flips, out_size, *native)
+        resample_plan.numpy_taps(starts, extents, lows, highs, flips, out_size, *fallback)
+        assert np.array_equal(native[1], fallback[1]) and np.array_equal(native[2], fallback[2])
+        weighed = native[1] != 0
+        assert np.array_equal(native[0][weighed], fallback[0][weighed])
