@@ -207,10 +207,13 @@ class NvImageCodecBackend:
     def _worker_side(self) -> WorkerParts:
         """torch's loader over both sides' parts: the worker processes persist across epochs."""
         if self._worker_parts is None:
-            count = self.payload_slots
+            count, why = self.payload_slots, ""
             if count is None:  # what can be in flight: the workers' parts ahead, and those held here
-                count = self._workers * (self._prefetch_factor or 2) + 2 * self._depth + 3
-            pool = PayloadPool.sized_for(self.dataset, self._batch_size, count) if count else None
+                ahead = self._prefetch_factor or 2
+                count = self._workers * ahead + 2 * self._depth + 3
+                why = (f"one per part in flight: {self._workers} workers × prefetch_factor {ahead} + "
+                       f"{count - self._workers * ahead} in this process")
+            pool = PayloadPool.sized_for(self.dataset, self._batch_size, count, why) if count else None
             self._worker_parts = WorkerParts(self.dataset, num_workers=self._workers, pool=pool,
                                              prefetch_factor=self._prefetch_factor, pin_memory=self.gpu)
         return self._worker_parts

@@ -15,13 +15,13 @@ import torch
 import torch.multiprocessing  # registers the tensor reductions with ForkingPickler
 
 import fastload
-from fastload.backends.payload_slots import FILLED, LEASED, PayloadPool, SlotBuffers
+from fastload.backends.payload_slots import FILLED, LEASED, PayloadPool, SlotBuffers, free_shared_memory
 from fastload.backends.pipeline_stage import PipelineStage
 from fastload.backends.planned import PlannedBatch, read_and_plan
 from fastload.backends.planned_part import as_batch, as_part
 from fastload.backends.worker_parts import Part, PartRouter
 from fastload.decode.transforms import CropPlan
-from fastload.errors import CorruptRecordError
+from fastload.errors import CorruptRecordError, SharedMemoryError
 from tests.backends.contract import SIZE, make, needs_nvimgcodec, run
 from tests.backends.test_worker_parts import DAMAGED, _Parts, damaged_copy, fixed_share
 
@@ -48,7 +48,7 @@ def pooled(monkeypatch, loader, slots: int, share: float = 0.0, slot_bytes: int 
     fixed_share(monkeypatch, loader, share)
     loader._tail.payload_slots = slots
     if slot_bytes is not None:
-        monkeypatch.setattr(PayloadPool, "sized_for", classmethod(lambda cls, ds, b, count: cls(count, slot_bytes)))
+        monkeypatch.setattr(PayloadPool, "sized_for", classmethod(lambda cls, ds, b, count, why="": cls(count, slot_bytes)))
     return loader, (lambda: loader._tail._worker_parts.pool)
 
 
@@ -98,6 +98,21 @@ def test_the_slots_travel_to_a_spawned_worker_as_shared_memory_not_a_copy():
     there.memory[1, :3] = torch.tensor([7, 8, 9], dtype=torch.uint8)
     there.stamps[1, FILLED] = 42
     assert slots.memory[1, :3].tolist() == [7, 8, 9] and int(slots.stamps[1, FILLED]) == 42
+
+
+def test_slots_that_do_not_fit_in_shared_memory_are_an_error_naming_them_and_the_way_out():
+    room = free_shared_memory()
+    with pytest.raises(SharedMemoryError, match=r"payload slots need 3 × .* of shared memory \(two workers\).*"
+                                                r"/dev/shm has .* free.*--shm-size.*num_workers=0"):
+        PayloadPool(3, room // 2, why="two workers")
+
+
+@needs_nvimgcodec
+def test_a_loader_whose_slots_do_not_fit_says_so_at_its_first_batch(packed):
+    """Batches of ten million records (one batch of 37 here): slots sized for them cannot fit."""
+    loader = make(packed["lmdb"], "nvimgcodec", batch_size=10_000_000, num_workers=2)
+    with pytest.raises(SharedMemoryError, match=r"2 workers × prefetch_factor 2 \+ 7 in this process"):
+        next(iter(loader))
 
 
 # --- a pass given up gives its slots back --------------------------------------------------------------
