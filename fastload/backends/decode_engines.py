@@ -6,7 +6,9 @@ an H200) decode baseline 8-bit JPEGs of the usual chroma layouts only; nvJPEG's 
 also takes extended and progressive Huffman JPEGs. What nvImageCodec cannot take at all (PNGs,
 CMYK and YCCK JPEGs, lossless or arithmetic-coded ones, a header it cannot parse) is decoded by
 the torch backend's CPU code, per record. Without a GPU, nvImageCodec's CPU codecs stand in for
-both GPU engines. A JPEG an engine fails on goes to the next: hardware → CUDA → CPU.
+both GPU engines. A JPEG an engine fails on goes to the next: hardware → CUDA → CPU. A JPEG that
+does not end with its end-of-image marker goes to the CPU at once: cut short, it is an error
+there (as in the torch backend), where a hardware engine may "succeed" and fill the rest with grey.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ _FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # SOF0-SOF15, less 
 
 
 class JpegFacts(NamedTuple):
-    """What the choice needs of one JPEG: its frame marker (``0xC0`` baseline, ...), and what
-    nvImageCodec's parse reports: sample precision, channels, chroma subsampling."""
+    """What the choice needs of one JPEG: its frame marker (``0xC0`` baseline, ...), whether it
+    ends with its end-of-image marker, and what nvImageCodec's parse reports: sample precision,
+    channels, chroma subsampling."""
 
     frame: int
+    whole: bool
     precision: int
     channels: int
     layout: str
@@ -62,13 +66,14 @@ def facts_of(payload: bytes | memoryview, stream: Any) -> JpegFacts | None:
     if frame is None:
         return None
     layout = getattr(stream.chroma_subsampling, "name", str(stream.chroma_subsampling))
-    return JpegFacts(frame, int(stream.precision or 8), int(stream.num_channels), layout)
+    whole = bytes(payload[-2:]) == b"\xff\xd9"
+    return JpegFacts(frame, whole, int(stream.precision or 8), int(stream.num_channels), layout)
 
 
 def route(facts: JpegFacts | None, engines: Collection[Engine]) -> Engine:
     """The first of ``engines`` (those this loader's device has) that takes a JPEG with ``facts``;
     ``cpu`` when none does."""
-    if facts is None or facts.channels not in (1, 3) or facts.precision != 8:
+    if facts is None or not facts.whole or facts.channels not in (1, 3) or facts.precision != 8:
         return "cpu"
     huffman = facts.frame in (BASELINE, EXTENDED, PROGRESSIVE)
     if "hardware" in engines and facts.frame == BASELINE and facts.layout in HARDWARE_LAYOUTS:

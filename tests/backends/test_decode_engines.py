@@ -38,6 +38,7 @@ SAMPLES = {
     "cmyk": encoded("CMYK"),
     "png": encoded(fmt="PNG"),
     "exif first": encoded(exif=Image.Exif().tobytes()),
+    "cut short": encoded()[:-300],
 }
 # Where each goes: a GPU with engines, one without, the CPU codecs.
 EXPECTED = {
@@ -48,6 +49,7 @@ EXPECTED = {
     "cmyk": ("cpu", "cpu", "cpu"),
     "png": ("cpu", "cpu", "cpu"),
     "exif first": ("hardware", "cuda", "cpu_codecs"),
+    "cut short": ("cpu", "cpu", "cpu"),  # an error on the CPU path, never grey from an engine
 }
 
 
