@@ -232,3 +232,16 @@ def test_a_batch_whose_every_record_is_skipped_is_delivered_empty_and_counted(un
         ids, _, sizes = run(loader)
     assert ids == [i for i in range(12) if i != bad] and sizes[bad] == 0
     assert loader.stats()["skipped"] == 1
+
+
+def test_the_gpu_and_dev_extras_both_bring_nvjpeg():
+    """nvImageCodec without its nvjpeg extra has no GPU JPEG decoder: every extra that installs it
+    must ask for nvJPEG too (the dev extra did not)."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+    extras = config["options.extras_require"]
+    for name in ("gpu", "gpu-cu13", "dev"):
+        wanted = [line.strip() for line in extras[name].splitlines() if "nvimgcodec" in line]
+        assert wanted and all("[nvjpeg]" in line for line in wanted), (name, wanted)
