@@ -58,9 +58,12 @@ def test_records_the_gpu_decoder_does_not_take_are_the_torch_backends_own_pixels
 
 # --- damaged records: raised in their turn, or skipped and counted ---------------------------------
 
-def test_a_record_no_decoder_takes_fails_the_loop_naming_it(undecodable):
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_record_no_decoder_takes_fails_the_loop_naming_it(undecodable, device):
+    """A broken Huffman table: an error naming the record in its turn, on the GPU too (where a
+    hardware engine might "decode" damaged data), as the torch backend raises it."""
     path, bad = undecodable
-    loader = make(path, "nvimgcodec", batch_size=3, shuffle=False, train=False)
+    loader = make(path, "nvimgcodec", batch_size=3, shuffle=False, train=False, device=device)
     delivered = []
     with pytest.raises(CorruptRecordError, match=rf"record {bad} \(img{bad:04d}.jpg\)"):
         for _, y in loader:
@@ -68,6 +71,18 @@ def test_a_record_no_decoder_takes_fails_the_loop_naming_it(undecodable):
     assert delivered == [0, 1, 2, 3, 4, 5]  # every batch before the bad one
     loader.set_epoch(0)
     assert run(loader, limit=2)[0] == [0, 1, 2, 3, 4, 5]  # the next iteration starts afresh
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_jpeg_cut_short_decodes_as_the_torch_backend_decodes_it(cut_short, device):
+    """A scan cut short, its end marker put back (pack takes it): libjpeg decodes what is there
+    and so does the torch backend; nvImageCodec gives the same, on its CPU codecs and on the GPU,
+    where a hardware engine might give grey or garbage instead."""
+    path, bad = cut_short
+    ids, expected, _ = run(make(path, "torch", batch_size=3, shuffle=False, train=False))
+    got_ids, got, _ = run(make(path, "nvimgcodec", batch_size=3, shuffle=False, train=False, device=device))
+    assert got_ids == ids == list(range(12))
+    assert_close(got[bad:bad + 1], expected[bad:bad + 1], TORCH_TOLERANCE)
 
 
 def test_skip_leaves_out_undecodable_and_damaged_records_and_counts_them(undecodable, tmp_path):
