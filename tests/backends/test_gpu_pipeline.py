@@ -11,7 +11,7 @@ from itertools import pairwise
 import pytest
 
 from fastload.backends.stage_trace import StageTrace
-from tests.backends.contract import make, needs_nvimgcodec
+from tests.backends.contract import DEVICES, make, needs_nvimgcodec
 from tests.backends.test_worker_parts import fixed_share
 
 pytestmark = needs_nvimgcodec
@@ -36,11 +36,12 @@ def traced_epoch(loader, trace: StageTrace) -> int:
     return batches
 
 
-def test_stages_of_consecutive_batches_run_at_once(packed):
+@pytest.mark.parametrize("device", DEVICES)
+def test_stages_of_consecutive_batches_run_at_once(packed, device):
     trace = StageTrace(timeout_s=60.0)
     for a, b in MEETINGS:
         trace.meet(a, b)
-    loader = make(packed["lmdb"], "nvimgcodec")  # each stage 2 batches ahead
+    loader = make(packed["lmdb"], "nvimgcodec", device=device)  # each stage 2 batches ahead
     assert traced_epoch(loader, trace) == 8
     assert trace.missed == []  # every meeting happened: no stage waited for the other to finish
     for a, b in MEETINGS:

@@ -15,7 +15,13 @@ import torch
 import torch.multiprocessing  # registers the tensor reductions with ForkingPickler
 
 import fastload
-from fastload.backends.payload_slots import FILLED, LEASED, PayloadPool, SlotBuffers, free_shared_memory
+from fastload.backends.payload_slots import (
+    FILLED,
+    LEASED,
+    PayloadPool,
+    SlotBuffers,
+    free_shared_memory,
+)
 from fastload.backends.pipeline_stage import PipelineStage
 from fastload.backends.planned import PlannedBatch, read_and_plan
 from fastload.backends.planned_part import as_batch, as_part
