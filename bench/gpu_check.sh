@@ -2,7 +2,7 @@
 # The device check of GPU decode (issues 38 and 46): one call of at most 8 minutes on a lent GPU
 # machine (16 cores, torch with CUDA, no network). The first thing a session with a GPU runs.
 #
-#     WHEELS=.whl OUT=$OUT bash bench/gpu_check.sh        (bench/README.md: the wheels and the call)
+#     COMMIT=abc1234 WHEELS=.whl OUT=$OUT bash bench/gpu_check.sh   (bench/README.md: the wheels, the call)
 #
 # Each step has a budget, its timeout, written here (seconds, 480 in all):
 #
@@ -16,8 +16,8 @@
 # goes to OUT (at most 8 files: the device tool brings back no more).
 #
 #     GPU_CHECK_PLANT=STEP[,STEP]   those steps fail on purpose (the script's own test)
-#     STEPS="tests bench"           run only these groups of steps (machine, cuda, install, decoder
-#                                   and photos always run): tests, bench, profile
+#     STEPS="tests bench"           run only these groups of steps (machine, cuda, install and
+#                                   decoder always run): tests, bench, profile
 set -uo pipefail
 
 OUT=${OUT:-/tmp/out}
@@ -161,7 +161,7 @@ fi
 
 cd "$(dirname "$0")/.." || exit 1  # the repository's root: pip install -e ., tests/
 mkdir -p "$OUT"
-RUN="$(date +%F)-$(cat COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo tree)"
+RUN="$(date +%F)-${COMMIT:-$(cat COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo tree)}"
 exec > >(tee -a "$OUT/gpu-check-$RUN.log") 2>&1
 TEE=$!
 run_step machine 10 bash -c step_machine
@@ -185,7 +185,7 @@ export LD_LIBRARY_PATH
 
 run_step decoder 25 bash -c step_decoder
 [[ " $STEPS " == *" tests "* ]] && run_step tests 110 bash -c step_tests
-run_step photos 40 bash -c step_photos
+[[ " $STEPS " == *" bench "* || " $STEPS " == *" profile "* ]] && run_step photos 40 bash -c step_photos
 if [[ " $STEPS " == *" bench "* ]]; then
     run_step bench-small 75 bash -c 'step_bench small --rows torch nvimgcodec nvimgcodec-split --model small'
     run_step bench-resnet50 60 bash -c \
