@@ -20,7 +20,7 @@ from fastload.samples.collate import skipped_in, with_skips
 
 
 class CopiedPart(NamedTuple):
-    """A CPU part on the device (normalised if asked), ready once ``done`` has passed (None: now)."""
+    """A CPU part on the device, ready once ``done`` has passed (None: now)."""
 
     images: torch.Tensor
     labels: torch.Tensor
@@ -28,8 +28,7 @@ class CopiedPart(NamedTuple):
     done: torch.cuda.Event | None
 
 
-def copied(part: Any, device: torch.device, stream: torch.cuda.Stream | None,
-           normalizer: Normalizer | None) -> CopiedPart | FailedPart:
+def copied(part: Any, device: torch.device, stream: torch.cuda.Stream | None) -> CopiedPart | FailedPart:
     """A worker's CPU part copied to ``device`` on ``stream`` (the copy thread calls this); a
     failed part as it is."""
     if isinstance(part, FailedPart):
@@ -37,14 +36,13 @@ def copied(part: Any, device: torch.device, stream: torch.cuda.Stream | None,
     with on_device(device), in_stream(stream):
         images = part[0].to(device, non_blocking=True)
         labels = part[1].to(device, non_blocking=True)
-        if normalizer is not None:
-            images = normalizer((images,))[0]
         return CopiedPart(images, labels, skipped_in(part) or 0, recorded(stream))
 
 
-def hand_over(device: torch.device, made: Made | None, cpu_part: CopiedPart | None = None) -> Any:
-    """The batch on the loop's stream: the CPU part, then the GPU part; with the count of records
-    ``on_error="skip"`` left out."""
+def hand_over(device: torch.device, normalizer: Normalizer | None, made: Made | None,
+              cpu_part: CopiedPart | None = None) -> Any:
+    """The batch on the loop's stream: the CPU part, then the GPU part, normalised; with the count
+    of records ``on_error="skip"`` left out."""
     parts = [p for p in (cpu_part, made) if p is not None]
     if device.type == "cuda":
         loop = torch.cuda.current_stream(device)
@@ -56,6 +54,8 @@ def hand_over(device: torch.device, made: Made | None, cpu_part: CopiedPart | No
         images, labels = parts[0].images, parts[0].labels
     else:
         images, labels = torch.cat([p.images for p in parts]), torch.cat([p.labels for p in parts])
+    if normalizer is not None:
+        images = normalizer((images,))[0]
     skipped = sum(p.skipped for p in parts)
     batch: Any = (images, labels)
     return with_skips(batch, skipped) if skipped else batch

@@ -137,8 +137,8 @@ class NvImageCodecBackend:
                 router = self._worker_side().epoch(split)
             planned = (as_batch(part) for part in router.parts("gpu"))
             stream = self._streams.copy if self._streams is not None else None
-            cpu_parts = PipelineStage((copied(part, self.device, stream, self.normalizer)
-                                       for part in router.parts("cpu")), self._depth)
+            cpu_parts = PipelineStage((copied(part, self.device, stream) for part in router.parts("cpu")),
+                                      self._depth)
             stop_planning = router.close
         else:
             prefetched = PipelineStage(self._planned(key_batches), self._depth)
@@ -150,7 +150,7 @@ class NvImageCodecBackend:
                 yield from self._joined(split, cpu_parts, made)
             else:
                 for batch in made:
-                    yield hand_over(self.device, batch)
+                    yield hand_over(self.device, self.normalizer, batch)
         finally:
             for stage in (made, decoded, cpu_parts):
                 if stage is not None:
@@ -187,7 +187,7 @@ class NvImageCodecBackend:
             b += 1
             if cpu_part is not None:
                 self._counted["decoded_workers"] += len(cpu_part.labels) + cpu_part.skipped
-            yield hand_over(self.device, gpu_part, cpu_part)
+            yield hand_over(self.device, self.normalizer, gpu_part, cpu_part)
 
     def _stages(self) -> tuple[DecodeStage, ResampleStage]:
         """The decode and resample stages (decoders and streams made at the first epoch)."""
@@ -199,8 +199,8 @@ class NvImageCodecBackend:
                 self._streams = Streams(self.device) if self.gpu else None
         streams = self._streams
         decode = DecodeStage(self.dataset, self._decoders, streams.decode if streams else None, self.whole_images)
-        resample = ResampleStage(self.dataset, self.device, streams.resample if streams else None,
-                                 self.normalizer, self._cpu, self._retiring)
+        resample = ResampleStage(self.dataset, self.device, streams.resample if streams else None, self._cpu,
+                                 self._retiring)
         decode.trace = resample.trace = self.trace
         return decode, resample
 

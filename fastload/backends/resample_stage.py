@@ -1,6 +1,6 @@
 """The resample stage of the GPU pipeline: a decoded batch's crops resampled on the resample stream
 once the decode's event has passed, the records nvImageCodec did not take decoded by the torch
-backend's CPU code into the same batch, labels and normalisation added; an event marks the end.
+backend's CPU code into the same batch, labels added; an event marks the end.
 
 Nothing here waits for the GPU: host memory the GPU reads is pinned, and what the GPU still
 reads when the stage returns (nvImageCodec's images, the payload slot) is let go by
@@ -21,7 +21,7 @@ from fastload.backends.stream_events import Retiring, in_stream, on_device, pinn
 from fastload.decode.crops import decode_crop
 from fastload.decode.pipeline import ThreadDecoder
 from fastload.errors import CorruptRecordError
-from fastload.loading.transfer import Normalizer, map_tensors
+from fastload.loading.transfer import map_tensors
 
 
 class Made(NamedTuple):
@@ -40,15 +40,14 @@ class ResampleStage:
         dataset: the PackedDataset.
         device: the loader's device.
         stream: the resample stream (None on the CPU).
-        normalizer: mean/std, applied here, on that stream.
         cpu: the threads that decode the records nvImageCodec did not take.
         retiring: where what the GPU still reads waits for its event.
     """
 
-    def __init__(self, dataset: Any, device: torch.device, stream: torch.cuda.Stream | None,
-                 normalizer: Normalizer | None, cpu: ThreadDecoder, retiring: Retiring) -> None:
+    def __init__(self, dataset: Any, device: torch.device, stream: torch.cuda.Stream | None, cpu: ThreadDecoder,
+                 retiring: Retiring) -> None:
         self.dataset, self.device, self.stream = dataset, device, stream
-        self.normalizer, self.cpu, self.retiring = normalizer, cpu, retiring
+        self.cpu, self.retiring = cpu, retiring
         self.trace: Any = NO_TRACE
 
     def __call__(self, decoded: Decoded) -> Made:
@@ -67,8 +66,6 @@ class ResampleStage:
                     images = images.index_select(0, pinned(keep, self.device))
                 labels = batch_labels(self.dataset, [i for k, i in enumerate(batch.indices) if k not in failed])
                 labels = map_tensors(labels, lambda t: pinned(t, self.device))
-                if self.normalizer is not None:
-                    images = self.normalizer((images,))[0]
             finally:
                 done = recorded(self.stream)
                 # nvImageCodec's images until the resample has read them; the slot until the decode has.
