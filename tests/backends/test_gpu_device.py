@@ -6,9 +6,6 @@ CUDA event, the resample's pixels on the GPU, and a loader on cuda:1 opens no co
 from __future__ import annotations
 
 import io
-import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,9 +15,8 @@ from PIL import Image
 from fastload.backends.crop_resample import resample_into, value_dtype
 from fastload.backends.nvimgcodec_decoder import EngineDecoders
 from fastload.backends.resample_plan import Crop, plan_chunks
-from tests.backends.contract import make, needs_nvimgcodec, run, same_crops
+from tests.backends.contract import in_a_fresh_process, make, needs_nvimgcodec, run, same_crops
 from tests.backends.test_payload_slots import pooled, wait_until
-from tests.conftest import REPO
 
 pytestmark = [
     needs_nvimgcodec,
@@ -132,7 +128,4 @@ def test_a_loader_on_cuda_1_opens_no_context_on_gpu_0(packed):
         "    assert x.device == torch.device('cuda', 1)\n"
         "print(json.dumps([torch._C._cuda_hasPrimaryContext(0), torch._C._cuda_hasPrimaryContext(1)]))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300,
-                          check=False)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [False, True]
+    assert in_a_fresh_process(code, timeout=300) == [False, True]

@@ -26,6 +26,7 @@ from tests.backends.contract import (
     SIZE,
     TORCH_TOLERANCE,
     assert_close,
+    in_a_fresh_process,
     make,
     needs_nvimgcodec,
     run,
@@ -120,10 +121,7 @@ def test_without_nvimgcodec_the_error_names_the_package(packed):
         "except Exception as exc:\n"
         "    print(json.dumps([type(exc).__name__, isinstance(exc, ImportError), str(exc)]))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120,
-                          check=False)
-    assert done.returncode == 0, done.stderr
-    name, is_import_error, message = json.loads(done.stdout.strip().splitlines()[-1])
+    name, is_import_error, message = in_a_fresh_process(code)
     assert (name, is_import_error) == (MissingDependencyError.__name__, True)
     assert "pip install 'nvidia-nvimgcodec-cu1" in message and "pip install -e '.[gpu" in message
     assert "backend='nvimgcodec'" in message and "backend='torch'" in message
