@@ -79,21 +79,23 @@ class Retiring:
 
     def flush(self) -> None:
         """Wait for every event held, and let everything go."""
-        self._let_go(lambda event: True)
+        self._let_go(lambda event: False, everything=True)
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._held)
 
-    def _let_go(self, done: Callable[[torch.cuda.Event], bool]) -> None:
+    def _let_go(self, done: Callable[[torch.cuda.Event], bool], everything: bool = False) -> None:
         while True:
             with self._lock:
                 if not self._held:
                     return
                 event, release, _ = self._held[0]
-                if len(self._held) <= self.limit and not done(event):
+                passed = done(event)
+                if not passed and not everything and len(self._held) <= self.limit:
                     return
                 self._held.popleft()
-            event.synchronize()  # done already, unless the GPU is ``limit`` batches behind (or at a flush)
+            if not passed:
+                event.synchronize()  # the GPU is ``limit`` behind, or a pass's end
             if release is not None:
                 release()
