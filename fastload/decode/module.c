@@ -1,8 +1,8 @@
 /* The native module fastload.decode._jpeg_region: its Python functions parse their arguments,
  * release the GIL and call the C that does the work (jpeg_region.c: a JPEG's crop box decoded and
- * resized; resample.c: a resize alone; jpeg_restarts.c: restart markers added for the pack stage).
- * A failed request raises RegionDecodeError, which the Python side answers by decoding with Pillow.
- */
+ * resized; resample.c: a resize alone; jpeg_restarts.c: restart markers for the pack stage;
+ * mask_rows.c, crop_taps.c: a stored mask's cut, the GPU tails' resample taps). A failed request
+ * raises RegionDecodeError, which the Python side answers by decoding with Pillow. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
