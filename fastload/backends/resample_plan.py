@@ -153,10 +153,11 @@ def _rough_window(boxes: np.ndarray, out_len: int) -> np.ndarray:
 
 
 def _taps_needed(boxes: np.ndarray, out_len: int) -> int:
-    """Pillow's taps per output pixel for the widest filter among ``boxes`` (``2·⌈scale⌉ + 1``)."""
+    """Pillow's taps per output pixel for the widest filter among ``boxes`` (``2·⌈scale⌉ + 1``),
+    the span in float as ``crop_taps`` takes it."""
     start = (boxes[:, 0] - boxes[:, 2]).astype(np.float32)
-    span = (start + boxes[:, 1].astype(np.float32) - start).astype(np.float64)
-    return int(np.ceil(np.maximum(span / out_len, 1.0).max())) * 2 + 1
+    span = (boxes[:, 0] - boxes[:, 2] + boxes[:, 1]).astype(np.float32) - start
+    return int(np.ceil(np.maximum(span.astype(np.float64) / out_len, 1.0).max())) * 2 + 1
 
 
 def _chunk(members: np.ndarray, rough_rows: int, boxes: np.ndarray, flips: np.ndarray, starts: np.ndarray,

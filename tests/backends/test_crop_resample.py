@@ -147,6 +147,8 @@ def test_the_native_taps_are_numpys_to_the_bit():
     starts[cut], extents[cut] = np.floor(starts[cut]), np.floor(extents[cut])
     lows[cut], highs[cut] = starts[cut].astype(np.int64), (starts[cut] + extents[cut]).astype(np.int64)
     flips = rng.integers(0, 2, n).astype(np.uint8)
+    extents[:12] = 24 * np.arange(1, 13) + rng.choice([0.0, 1e-7, -1e-7], 12)  # whole scales, and a hair off
+    highs[:12] = np.ceil(starts[:12] + extents[:12]).astype(np.int64)
     for out_size in (24, 224):
         count = resample_plan._taps_needed(np.stack([starts, extents, lows, highs], 1), out_size)
         native, fallback = ([np.empty(n * out_size * count, np.int64), np.empty(n * out_size * count, np.float32),
