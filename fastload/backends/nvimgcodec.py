@@ -49,8 +49,9 @@ _said_where: set[str] = set()
 
 
 def where_it_runs(device: torch.device | None, cuda_available: bool) -> str | None:
-    """What to tell a user whose loader decodes on the CPU codecs though the machine has CUDA."""
-    if (device is not None and device.type == "cuda") or not cuda_available:
+    """What to tell a user whose loader, given no device, decodes on the CPU codecs though the
+    machine has CUDA (``device="cpu"`` is a choice, said by the user: nothing to tell)."""
+    if device is not None or not cuda_available:
         return None
     return ("backend='nvimgcodec' without device='cuda': JPEGs are decoded by nvImageCodec's CPU codecs and "
             "the batches delivered on the CPU, though CUDA is available here; pass device='cuda' to decode "
@@ -68,8 +69,8 @@ class NvImageCodecBackend:
     Args:
         dataset: a :class:`~fastload.PackedDataset` made with ``image_size=`` and no ``transform``.
         device: a CUDA device decodes there; None or ``cpu`` uses nvImageCodec's CPU codecs (for
-            tests and machines without a GPU, said once where CUDA is available; ``backend="torch"``
-            is the fast CPU path).
+            tests and machines without a GPU; None is said once where CUDA is available;
+            ``backend="torch"`` is the fast CPU path).
         mean, std: normalise to float32 on the device (as fastload's Normalizer).
         batch_size, collate_fn, batched: the loader's; this tail builds whole batches itself.
         num_workers, prefetch_factor: the loader's worker processes, if any, decode a share of

@@ -60,6 +60,21 @@ def test_decoding_runs_on_the_gpu_in_device_buffers():
         assert float(diff.float().mean()) < 2.0, engine
 
 
+def test_without_device_a_loader_says_once_that_it_decodes_on_the_cpu(packed):
+    """Issue 46.4, on a machine with CUDA: said once a process, naming the way to the GPU."""
+    import warnings
+
+    from fastload.backends import nvimgcodec
+
+    nvimgcodec._said_where.clear()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            loader = make(packed["lmdb"], "nvimgcodec", device=None)
+    assert [str(w.message).count("device='cuda'") for w in said if "CPU codecs" in str(w.message)] == [1]
+    assert run(loader, limit=1)[1].device.type == "cpu"
+
+
 def test_a_loaders_counts_show_the_gpu_engines_took_the_jpegs(packed):
     loader = make(packed["lmdb"], "nvimgcodec", device="cuda")
     ids, _, _ = run(loader)
