@@ -6,8 +6,8 @@
 #
 # Each step has a budget, its timeout, written here (seconds, 480 in all):
 #
-#     machine 10 · cuda 20 · install 60 · decoder 25 · tests 110 · photos 40 ·
-#     bench-small 75 · bench-resnet50 60 · bench-4cores 45 · profile 25 · (slack 10)
+#     machine 10 · cuda 20 · install 60 · decoder 25 · tests 130 · photos 40 ·
+#     bench-small 70 · bench-resnet50 60 · bench-4cores 45 · profile 20
 #
 # Every step's exit status is kept (OUT/gpu-check-*-steps.json, rewritten after each step); the
 # script goes on after a failed step and exits 1 at the end when any step failed or ran out of
@@ -184,14 +184,14 @@ done
 export LD_LIBRARY_PATH
 
 run_step decoder 25 bash -c step_decoder
-[[ " $STEPS " == *" tests "* ]] && run_step tests 110 bash -c step_tests
+[[ " $STEPS " == *" tests "* ]] && run_step tests 130 bash -c step_tests
 [[ " $STEPS " == *" bench "* || " $STEPS " == *" profile "* ]] && run_step photos 40 bash -c step_photos
 if [[ " $STEPS " == *" bench "* ]]; then
-    run_step bench-small 75 bash -c 'step_bench small --rows torch nvimgcodec nvimgcodec-split --model small'
+    run_step bench-small 70 bash -c 'step_bench small --rows torch nvimgcodec nvimgcodec-split --model small'
     run_step bench-resnet50 60 bash -c \
         'step_bench resnet50 --rows torch nvimgcodec nvimgcodec-split --steps model --model resnet50'
     run_step bench-4cores 45 taskset -c 0-3 bash -c \
         'step_bench resnet50-4cores --workers 4 --rows nvimgcodec nvimgcodec-split --steps model --model resnet50'
 fi
-[[ " $STEPS " == *" profile "* ]] && run_step profile 25 bash -c step_profile
+[[ " $STEPS " == *" profile "* ]] && run_step profile 20 bash -c step_profile
 finish

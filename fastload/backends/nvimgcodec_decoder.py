@@ -28,6 +28,7 @@ PURPOSE = "DataLoader(backend='nvimgcodec')"
 JPEG_MAGIC = b"\xff\xd8\xff"
 
 _loaded: tuple[ModuleType, str] | None = None
+_has_engines: dict[int, bool] = {}  # GPU index → whether a probe found hardware JPEG engines there
 
 
 class DecodedImage(NamedTuple):
@@ -195,12 +196,14 @@ class EngineDecoders:
         if device.type != "cuda":
             self.by_engine["cpu_codecs"] = RegionDecoder(device, threads)
             return
-        try:
-            hardware = RegionDecoder(device, threads, backends=["HW_GPU_ONLY"])
-            if _takes_a_jpeg(hardware):
-                self.by_engine["hardware"] = hardware
-        except RuntimeError:  # no hardware engines on this GPU
-            pass
+        if _has_engines.get(device.index, True):
+            try:
+                hardware = RegionDecoder(device, threads, backends=["HW_GPU_ONLY"])
+                if _takes_a_jpeg(hardware):
+                    self.by_engine["hardware"] = hardware
+            except RuntimeError:  # no hardware engines on this GPU
+                pass
+            _has_engines[device.index] = "hardware" in self.by_engine
         self.by_engine["cuda"] = RegionDecoder(device, threads, backends=["GPU_ONLY", "HYBRID_CPU_GPU"])
 
     @property
