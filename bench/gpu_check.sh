@@ -2,7 +2,7 @@
 # The device check of GPU decode (issues 38 and 46): one call of at most 8 minutes on a lent GPU
 # machine (16 cores, torch with CUDA, no network). The first thing a session with a GPU runs.
 #
-#     COMMIT=abc1234 WHEELS=.whl OUT=$OUT bash bench/gpu_check.sh   (bench/README.md: the wheels, the call)
+#     WHEELS=.whl OUT=$OUT bash bench/gpu_check.sh     (bench/README.md: the wheels, .whl/COMMIT, the call)
 #
 # Each step has a budget, its timeout, written here (seconds, 480 in all):
 #
@@ -161,7 +161,7 @@ fi
 
 cd "$(dirname "$0")/.." || exit 1  # the repository's root: pip install -e ., tests/
 mkdir -p "$OUT"
-RUN="$(date +%F)-${COMMIT:-$(cat COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo tree)}"
+RUN="$(date +%F)-${COMMIT:-$(cat "$WHEELS/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo tree)}"
 exec > >(tee -a "$OUT/gpu-check-$RUN.log") 2>&1
 TEE=$!
 run_step machine 10 bash -c step_machine
