@@ -72,11 +72,11 @@ class DecodeStage:
 
     def _decode(self, batch: PlannedBatch) -> tuple[list[Engine], dict[int, DecodedImage], torch.cuda.Event | None]:
         available = self.decoders.engines
-        parsed = [self.decoders.parse(payload) for payload in batch.payloads]
-        engines: list[Engine] = [route(facts_of(payload, code), available) if code is not None else "cpu"
-                                 for payload, code in zip(batch.payloads, parsed)]
         decoded: dict[int, DecodedImage] = {}
-        with in_stream(self.stream):
+        with self.decoders.lock, in_stream(self.stream):
+            parsed = [self.decoders.parse(payload) for payload in batch.payloads]
+            engines: list[Engine] = [route(facts_of(payload, code), available) if code is not None else "cpu"
+                                     for payload, code in zip(batch.payloads, parsed)]
             try:
                 for engine in ORDER[:-1]:  # hardware, CUDA (with what the hardware failed on), CPU codecs
                     ks = [k for k, e in enumerate(engines) if e == engine]

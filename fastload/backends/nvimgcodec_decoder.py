@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import os
 import tempfile
+import threading
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -192,6 +193,9 @@ class EngineDecoders:
 
     def __init__(self, device: torch.device, threads: int) -> None:
         self.device = device
+        self.lock = threading.Lock()
+        """One batch at a time through these decoders (a pass given up may still be decoding when
+        the next starts; an nvImageCodec decoder called from two threads at once can hang)."""
         self.by_engine: dict[Engine, RegionDecoder] = {}
         if device.type != "cuda":
             self.by_engine["cpu_codecs"] = RegionDecoder(device, threads)

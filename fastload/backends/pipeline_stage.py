@@ -5,6 +5,8 @@ those waiting in its queue at once, the one in its hands when it stops."""
 from __future__ import annotations
 
 import queue
+import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,12 +22,26 @@ def let_go(item: Any) -> None:
         lease.release()
 
 
+_stages: weakref.WeakSet[PipelineStage] = weakref.WeakSet()
+
+
+def settle(timeout_s: float = 10.0) -> None:
+    """Let the threads of stages closed with a batch in hand (a pass given up) finish it, for up to
+    ``timeout_s``: a process forked meanwhile (worker processes) would copy nvImageCodec's or
+    torch's native state in the middle of a call."""
+    deadline = time.monotonic() + timeout_s
+    for stage in list(_stages):
+        if stage._stop.is_set():
+            stage._thread.join(max(0.0, deadline - time.monotonic()))
+
+
 class PipelineStage(ThreadPrefetcher):
     """``source`` (a generator running the stage on each batch) run in a thread, ``depth`` ahead;
     closing it releases the leases of the batches it still holds (:func:`let_go`)."""
 
     def __init__(self, source: Iterator[Any], depth: int) -> None:
         super().__init__(source, depth)
+        _stages.add(self)
 
     def _put(self, entry: tuple[bool, Any]) -> bool:
         if super()._put(entry):

@@ -20,6 +20,7 @@ import torch
 
 from fastload.backends.decode_split import DecodeSplit
 from fastload.backends.payload_slots import PayloadPool
+from fastload.backends.pipeline_stage import settle
 from fastload.backends.planned_part import plan_part
 from fastload.errors import CorruptRecordError
 from fastload.samples.collate import collate_images, keep_skips
@@ -146,6 +147,8 @@ class WorkerParts:
         with self._reading:
             sent = self.sampler.start(split)
             self._epoch += 1
+            if self._epoch == 1:  # the first iterator forks the workers: not in the middle of a decode
+                settle()
             return PartRouter(self, iter(self.loader), sent, self._epoch)
 
     def read(self, router: PartRouter) -> tuple[bool, Any] | None:

@@ -11,7 +11,7 @@ from itertools import pairwise
 import pytest
 
 from fastload.backends.stage_trace import StageTrace
-from tests.backends.contract import DEVICES, make, needs_nvimgcodec
+from tests.backends.contract import DEVICES, make, needs_nvimgcodec, run
 from tests.backends.test_worker_parts import fixed_share
 
 pytestmark = needs_nvimgcodec
@@ -93,3 +93,46 @@ def test_each_stage_runs_prefetch_factor_batches_ahead_and_no_more(packed, monke
         waited.wait(0.1)
     assert (ran("resample"), ran("decode")) == (resampled, decoded)
     del it
+
+
+def test_one_batch_at_a_time_goes_through_the_decoders(packed):
+    """A pass given up may still be decoding when the next one starts on the same decoders (an
+    nvImageCodec decoder called from two threads at once hung a test): the decode waits its turn."""
+    from fastload.backends.planned import read_and_plan
+
+    loader = make(packed["lmdb"], "nvimgcodec")
+    run(loader, limit=1)  # decoders made
+    decode, _ = loader._tail._stages()
+    batch = read_and_plan(loader.dataset, list(range(5)))
+    with decode.decoders.lock:  # another pass's decode, in the middle of its batch
+        waiting = threading.Thread(target=decode, args=(0, batch))
+        waiting.start()
+        waiting.join(0.5)
+        assert waiting.is_alive()  # (on a slow machine the check passes either way, never fails)
+    waiting.join(60)
+    assert not waiting.is_alive()
+
+
+def test_before_workers_fork_a_given_up_stage_finishes_its_batch():
+    """settle(): a closed stage whose thread is still inside its batch (native code, a decode) is
+    waited for, so that worker processes are not forked from the middle of a call."""
+    from fastload.backends.pipeline_stage import PipelineStage, settle
+
+    inside, finish = threading.Event(), threading.Event()
+
+    def batches():
+        yield "first"
+        inside.set()
+        finish.wait(60)  # the batch in hand, as a long decode
+        yield "second"
+
+    stage = PipelineStage(batches(), depth=1)
+    assert next(stage) == "first" and inside.wait(60)
+    stage.close()
+    settling = threading.Thread(target=settle, args=(60.0,))
+    settling.start()
+    settling.join(0.5)
+    assert settling.is_alive()  # waiting for the stage's thread
+    finish.set()
+    settling.join(60)
+    assert not settling.is_alive() and not stage._thread.is_alive()
