@@ -18,7 +18,9 @@ interleaved run by run:
 
 Each row runs twice: data alone (``data``: each batch summed on the GPU) and with a ResNet-18-shaped
 model's forward + backward + SGD step in bf16 autocast (``model``). The wait column is the share of the wall
-time the loop spent in ``next(iterator)``: what a faster loader can win back.
+time the loop spent in ``next(iterator)``: what a faster loader can win back. GPU memory is each row's
+peak (``gpu_memory.py``: torch's counters reset before it, and the process as NVML sees it). With
+``--json``, the file is rewritten after every row: a run cut short keeps what it measured.
 
     python bench/gpu_bench.py IMAGES --packed IMAGES.fl --seconds 8 --repeats 2 --json out.json
 """
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from gpu_memory import PeakMemory
 from torch import nn
 
 import fastload
@@ -159,11 +162,11 @@ def headspace_batches(args: argparse.Namespace) -> Iterable[tuple[torch.Tensor, 
 
 
 def run(batches: Iterable[tuple[torch.Tensor, torch.Tensor]], step: Callable[[torch.Tensor, torch.Tensor], None],
-        seconds: float, batch_size: int) -> dict[str, float]:
+        seconds: float, batch_size: int) -> dict[str, Any]:
     """Samples/s, the share of wall time spent waiting for the next batch, the mean step time, and
-    the GPU memory in use beyond what it was before (torch's and any library's, from the driver)."""
-    free, total = torch.cuda.mem_get_info()
-    used_before = total - free
+    the row's peak GPU memory (torch's and the process's)."""
+    memory = PeakMemory()
+    memory.start()
     it = iter(batches)
     for _ in range(5):  # workers started, cuDNN tuned
         step(*next(it))
@@ -178,13 +181,27 @@ def run(batches: Iterable[tuple[torch.Tensor, torch.Tensor]], step: Callable[[to
         torch.cuda.synchronize()  # the step's time is the GPU's, not the launch's
         stepped += time.perf_counter() - t
         done += 1
+        memory.sample()
     wall = time.perf_counter() - start
-    free, total = torch.cuda.mem_get_info()
+    figures = memory.figures()
     close = getattr(it, "close", None)
     if close is not None:
         close()  # a generator: its loader's workers and threads go
     return {"samples_per_s": done * batch_size / wall, "wait_share": waited / wall,
-            "step_ms": 1000 * stepped / max(done, 1), "gpu_mb_added": (total - free - used_before) / 2**20}
+            "step_ms": 1000 * stepped / max(done, 1), **figures}
+
+
+def write_rows(path: Path, args: argparse.Namespace, results: dict[str, Any], complete: bool) -> None:
+    """The rows measured so far, written whole (a temporary file renamed over the last one)."""
+    summary = {step: {name: {key: statistics.median(r[key] for r in runs) if runs[0][key] is not None else None
+                             for key in runs[0]} for name, runs in by_row.items()}
+               for step, by_row in results.items()}
+    temporary = path.with_suffix(".partial")
+    temporary.write_text(json.dumps({"device": torch.cuda.get_device_name(0), "cores": len(os.sched_getaffinity(0)),
+                                     "torch": torch.__version__, "complete": complete,
+                                     "args": {k: str(v) for k, v in vars(args).items()},
+                                     "runs": results, "medians": summary}, indent=1))
+    os.replace(temporary, path)
 
 
 def model_for(name: str) -> nn.Module:
@@ -238,24 +255,22 @@ def main(argv: list[str] | None = None) -> None:
             for name, make in chosen.items():
                 got = run(make(), step, args.seconds, args.batch_size)
                 results.setdefault(step_name, {}).setdefault(name, []).append(got)
+                peak = got["gpu_process_peak_mb"] or got["gpu_peak_reserved_mb"]
                 print(f"{step_name:6s} {name:40s} run {repeat + 1}: {got['samples_per_s']:8.0f} samples/s, "
                       f"waiting {got['wait_share']:.0%}, step {got['step_ms']:.1f} ms, "
-                      f"GPU memory +{got['gpu_mb_added']:.0f} MB", flush=True)
-    summary = {step: {name: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-                      for name, runs in by_row.items()} for step, by_row in results.items()}
+                      f"GPU memory peak {peak:.0f} MB", flush=True)
+                if args.json:
+                    write_rows(args.json, args, results, complete=False)
     print(f"\n{torch.cuda.get_device_name(0)}, {args.workers} cores, batch {args.batch_size}, "
           f"model {args.model}, medians:")
-    for step_name, by_row in summary.items():
-        base = next(iter(by_row.values()))["samples_per_s"]
-        for name, row in by_row.items():
-            print(f"  {step_name:6s} {name:40s} {row['samples_per_s']:8.0f} samples/s "
-                  f"({row['samples_per_s'] / base:.2f}x the first row's), waiting {row['wait_share']:.0%}, "
-                  f"step {row['step_ms']:.1f} ms")
+    for step_name, by_row in results.items():
+        base = statistics.median(r["samples_per_s"] for r in next(iter(by_row.values())))
+        for name, runs in by_row.items():
+            rate = statistics.median(r["samples_per_s"] for r in runs)
+            print(f"  {step_name:6s} {name:40s} {rate:8.0f} samples/s ({rate / base:.2f}x the first row's), "
+                  f"waiting {statistics.median(r['wait_share'] for r in runs):.0%}")
     if args.json:
-        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(0), "cores": len(os.sched_getaffinity(0)),
-                                         "torch": torch.__version__, "args": {k: str(v) for k, v in
-                                                                               vars(args).items()},
-                                         "runs": results, "medians": summary}, indent=1))
+        write_rows(args.json, args, results, complete=True)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,8 @@ def _gpu(data: dict[str, Any]) -> str:
         label = "data only" if step.startswith("data") else f"{model} step"
         rates = ", ".join(f"{_short(name)} {_rate(row['samples_per_s'])}" for name, row in rows.items())
         parts.append(f"{label}: {rates}")
-    return f"{data['device']}, {data['cores']} cores; " + "; ".join(parts)
+    cut = " (cut short: the rows measured before the end)" if data.get("complete") is False else ""
+    return f"{data['device']}, {data['cores']} cores{cut}; " + "; ".join(parts)
 
 
 def _short(name: str) -> str:

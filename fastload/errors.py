@@ -51,6 +51,10 @@ class MissingDependencyError(FastloadError, ImportError):
     """An optional dependency is not installed."""
 
 
+class SharedMemoryError(FastloadError, OSError):
+    """Shared memory (``/dev/shm``) has no room for what a loader must hold there."""
+
+
 class ClusterUnreachableError(FastloadError, ConnectionError):
     """No Ray cluster answered at the address given (or none runs where ``"auto"`` looks)."""
 

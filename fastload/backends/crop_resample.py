@@ -1,108 +1,65 @@
-"""Decoded regions → planned crops at the output size, a whole batch in a few torch ops (GPU or CPU).
+"""Decoded regions → planned crops at the output size: a whole batch in a fixed handful of torch ops.
 
-Pillow's bilinear resampling (the torch backend's, bit for bit in its native code) is separable:
-each output row is a weighted sum of a few source rows, each output column of a few source
-columns, with weights that depend only on the box and the sizes. Written as matrices — one
-``out × in`` per axis and image, zero outside the filter's reach — a batch's crops are two batched
-matrix products, whatever their boxes: no per-image kernel launches, and flips are the
-column matrix read backwards. Images of different sizes share one zero-padded buffer, taken in
-chunks so that a batch of large photos does not take gigabytes.
+The host plans every crop's taps (:mod:`fastload.backends.resample_plan`, Pillow's bilinear
+weights, before the pixels are decoded); here the batch's decoded pixels are joined into one
+buffer (one ``cat``), and for each
+chunk of similar windows: the plan goes to the device in two copies, one indexed read gathers every
+crop's window into one padded block, the taps are scattered into a row and a column matrix per
+crop, two batched matrix products resample, one rounding, one indexed write into the batch.
+About 30 operations a batch of any size (tests/backends/test_crop_resample.py counts them), not
+work per image: on a GPU, ~20 kernel launches where per-image copies took hundreds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
-CHUNK_BYTES = 192 << 20
-"""Most bytes of padded source pixels resampled at once (then the next chunk)."""
+from fastload.backends.resample_plan import Chunk
 
 
-@dataclass(frozen=True)
-class Crop:
-    """Where one decoded region's crop is, in the region's pixels, and how it leaves.
+def value_dtype(device: torch.device) -> torch.dtype:
+    """What the resample computes in: fp16 on the GPU (pixels are exact in it, weights to 1/2048:
+    well under a level), fp32 on the CPU."""
+    return torch.float16 if device.type == "cuda" else torch.float32
 
-    Attributes:
-        top, left: the box's corner (fractional for eval crops).
-        height, width: the box's size.
-        flip: mirror left to right.
-        rows, columns: the ``[start, end)`` the filter may read along each axis: the whole
-            region, or the box itself when it is cut out before the resize (train crops).
-            None: the whole region.
+
+def resample_into(out: torch.Tensor, pixels: Sequence[torch.Tensor], chunks: Sequence[Chunk]) -> None:
+    """Resample the crops of the decoded regions ``pixels`` into their places in ``out``
+    (``N×3×H×W`` uint8 on the regions' device), rounding as Pillow does (half up, clamped to 0-255).
+
+    Args:
+        pixels: each region's ``H×W×3`` uint8 pixels, flat (1-D, row after row).
+        chunks: their crops, planned by :func:`~fastload.backends.resample_plan.plan_chunks` with
+            ``out``'s size and :func:`value_dtype` (pinned for a GPU).
     """
+    if not chunks:
+        return
+    total = sum(p.numel() for p in pixels)
+    # A gathered line reads a whole window's width from where its row starts: room past the end.
+    flat = torch.empty(total + 3 * max(c.columns for c in chunks), dtype=torch.uint8, device=out.device)
+    torch.cat(list(pixels), out=flat[:total])
+    for chunk in chunks:
+        _resample_chunk(out, flat, chunk, value_dtype(out.device))
 
-    top: float
-    left: float
-    height: float
-    width: float
-    flip: bool
-    rows: tuple[int, int] | None = None
-    columns: tuple[int, int] | None = None
 
-
-def pillow_weights(starts: torch.Tensor, extents: torch.Tensor, lows: torch.Tensor, highs: torch.Tensor,
-                   out_len: int, max_len: int) -> torch.Tensor:
-    """``n × out_len × max_len`` float32: Pillow's bilinear (antialiased) weights, one matrix a row.
-
-    Row ``j`` of image ``k`` weighs the source pixels that Pillow's ``resize(box=)`` reads for
-    output pixel ``j`` of the box ``[starts[k], starts[k] + extents[k])`` of a line whose pixels
-    ``[lows[k], highs[k])`` may be read (Pillow's ``precompute_coeffs``: the filter widened by the
-    downscale, its window rounded and clamped to the line, the weights normalised). With whole
-    ``lows`` the windows are those of Pillow cutting ``[lows, highs)`` out first.
-    """
-    device = starts.device
-    scale = extents / out_len
-    filterscale = scale.clamp(min=1.0)
-    center = starts[:, None] + (torch.arange(out_len, device=device, dtype=torch.float64) + 0.5) * scale[:, None]
-    support = filterscale[:, None]  # the bilinear filter's support (1) widened by the downscale
-    # The window's ends in double precision, as Pillow rounds them; the n × out × in grid in float32.
-    low = torch.maximum(torch.trunc(center - support + 0.5), lows[:, None]).float()[..., None]
-    high = torch.minimum(torch.trunc(center + support + 0.5), highs[:, None]).float()[..., None]
-    pixel = torch.arange(max_len, device=device, dtype=torch.float32)
-    weights = (1 - ((pixel - center.float()[..., None] + 0.5) / filterscale.float()[:, None, None]).abs()).clamp_(min=0)
-    weights *= (pixel >= low) & (pixel < high)
-    return weights / weights.sum(-1, keepdim=True).clamp_(min=1e-12)
-
-def resample_into(out: torch.Tensor, positions: Sequence[int], regions: Sequence[torch.Tensor],
-                  crops: Sequence[Crop]) -> None:
-    """Resample each region's crop into ``out[positions[k]]`` (``N×3×H×W`` uint8, on the regions'
-    device), rounding as Pillow does (half up, clamped to 0-255)."""
-    order = sorted(range(len(regions)), key=lambda k: regions[k].shape[0] * regions[k].shape[1])
-    start = 0
-    while start < len(order):  # chunks of similar sizes, each within CHUNK_BYTES of padded pixels
-        end, height, width = start, 0, 0
-        while end < len(order):
-            grown_h = max(height, regions[order[end]].shape[0])
-            grown_w = max(width, regions[order[end]].shape[1])
-            if end > start and (end + 1 - start) * grown_h * grown_w * 3 * 4 > CHUNK_BYTES:
-                break
-            end, height, width = end + 1, grown_h, grown_w
-        chunk = order[start:end]
-        _resample_chunk(out, [positions[k] for k in chunk], [regions[k] for k in chunk], [crops[k] for k in chunk])
-        start = end
-
-def _resample_chunk(out: torch.Tensor, positions: list[int], regions: list[torch.Tensor], crops: list[Crop]) -> None:
-    device = out.device
+def _resample_chunk(out: torch.Tensor, flat: torch.Tensor, chunk: Chunk, dtype: torch.dtype) -> None:
+    n, rows, columns = chunk.count, chunk.rows, chunk.columns
     out_h, out_w = out.shape[2], out.shape[3]
-    # fp16 on the GPU (pixels are exact in it, weights to 1/2048: well under a level), fp32 on the CPU.
-    dtype = torch.float16 if device.type == "cuda" else torch.float32
-    height = max(r.shape[0] for r in regions)
-    width = max(r.shape[1] for r in regions)
-    padded = torch.zeros((len(regions), height, width, 3), dtype=dtype, device=device)
-    for k, region in enumerate(regions):
-        padded[k, :region.shape[0], :region.shape[1]] = region
-    # Now n × H × W × 3: each region at its top left, zeros around (weighted 0).
-    numbers = torch.tensor([[c.top, c.height, *(c.rows or (0, r.shape[0])), c.left, c.width,
-                             *(c.columns or (0, r.shape[1]))] for c, r in zip(crops, regions)],
-                           dtype=torch.float64).to(device)
-    rows = pillow_weights(*numbers[:, 0:4].T, out_h, height).to(dtype)
-    columns = pillow_weights(*numbers[:, 4:8].T, out_w, width)
-    flips = torch.tensor([c.flip for c in crops], device=device)
-    columns = torch.where(flips[:, None, None], columns.flip(1), columns).to(dtype)
-    tall = torch.bmm(rows, padded.view(len(regions), height, width * 3)).view(len(regions), out_h, width, 3)
-    # Now n × out_h × W × 3: rows resampled; then the columns, landing channels first.
-    pixels = torch.einsum("niwc,njw->ncij", tall, columns)
-    result = (pixels.float() + 0.5).clamp_(0, 255).to(torch.uint8)
-    out[torch.tensor(positions, dtype=torch.long, device=device)] = result
+    # From pinned memory on a GPU: copies the host does not wait for.
+    ints = chunk.ints.to(out.device, non_blocking=True)
+    row_index, column_index, places, offsets = ints.split(chunk.int_sizes(out_h, out_w))
+    row_weights, column_weights = chunk.floats.to(out.device, non_blocking=True).split(chunk.float_sizes(out_h, out_w))
+    row_matrix = torch.zeros((n, out_h, rows), dtype=dtype, device=out.device).scatter_add_(
+        2, row_index.view(n, out_h, -1), row_weights.view(n, out_h, -1))
+    column_matrix = torch.zeros((n, out_w, columns), dtype=dtype, device=out.device).scatter_add_(
+        2, column_index.view(n, out_w, -1), column_weights.view(n, out_w, -1))
+    # Every crop's window, rows padded to the tallest and lines to the widest (the padding is
+    # other pixels, weighted 0): n × rows × (columns · 3).
+    windows = flat.unfold(0, columns * 3, 1).index_select(0, offsets).view(n, rows, columns * 3).to(dtype)
+    tall = torch.bmm(windows.transpose(1, 2), row_matrix.transpose(1, 2))
+    # Now n × (columns · 3) × out_h: rows resampled; then the columns, as n × out_w × (3 · out_h).
+    wide = torch.bmm(column_matrix, tall.view(n, columns, 3 * out_h))
+    result = wide.add_(0.5).clamp_(0, 255).view(n, out_w, 3, out_h).permute(0, 2, 3, 1)
+    out.index_copy_(0, places, result.to(torch.uint8))

@@ -10,6 +10,10 @@ the worker copies into it, and the training process releases it when nothing rea
 (after the part's decode has finished, on the GPU after the decode stream's work). No free slot,
 or a part bigger than its slot: that part takes a fresh buffer, as before (counted).
 
+The slots take their whole size in ``/dev/shm`` when they are made (torch reserves shared memory
+whole, so that a full ``/dev/shm`` fails there and then, not as a crash mid-epoch); where it has
+no room for them, the error says so, with the slots' size and the way out.
+
 Each lease has a generation, stamped in shared memory beside the slot (who holds it, whose bytes
 are in it) and checked by both sides, so that a slot written while leased to another part is an
 error, never another record's bytes.
@@ -17,6 +21,7 @@ error, never another record's bytes.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections import deque
@@ -25,10 +30,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from fastload.config import format_size
+from fastload.errors import SharedMemoryError
+
 LEASED, FILLED = 0, 1
 """The columns of :attr:`SlotBuffers.stamps`: the generation a slot is leased to (0: free), and the
 generation whose payloads it holds."""
 PAGE = 4096
+SHARED_MEMORY = "/dev/shm"
 
 
 class SlotBuffers:
@@ -38,12 +47,23 @@ class SlotBuffers:
     Args:
         count: the number of slots.
         nbytes: the bytes of each slot.
+        why: what decided ``count``, for the error when ``/dev/shm`` has no room.
+
+    Raises:
+        SharedMemoryError: ``/dev/shm`` has no room for ``count × nbytes``.
     """
 
-    def __init__(self, count: int, nbytes: int) -> None:
+    def __init__(self, count: int, nbytes: int, why: str = "") -> None:
         self.count, self.nbytes = count, nbytes
-        # Straight into shared memory, unfaulted: a slot's pages are faulted in by its first part only.
-        storage = torch.empty(0, dtype=torch.uint8)._typed_storage()._new_shared(count * nbytes)
+        room = free_shared_memory()
+        if room is not None and count * nbytes > room:
+            raise no_room(count, nbytes, f"{SHARED_MEMORY} has {format_size(room)} free", why)
+        try:  # straight into shared memory, reserved whole
+            storage = torch.empty(0, dtype=torch.uint8)._typed_storage()._new_shared(count * nbytes)
+        except RuntimeError as exc:
+            if "shared memory" not in str(exc):
+                raise
+            raise no_room(count, nbytes, str(exc), why) from exc
         self.memory = torch.empty(0, dtype=torch.uint8).new(storage).view(count, nbytes)
         self.stamps = torch.zeros((count, 2), dtype=torch.int64).share_memory_()
 
@@ -64,6 +84,25 @@ class SlotBuffers:
             flat[offsets[k]:offsets[k + 1]] = np.frombuffer(payload, dtype=np.uint8)
         self.check(slot, generation, LEASED, "a worker filled it")  # not released meanwhile
         self.stamps[slot, FILLED] = generation
+
+
+def free_shared_memory() -> int | None:
+    """Bytes free in ``/dev/shm`` now (None where it cannot be read)."""
+    try:
+        stats = os.statvfs(SHARED_MEMORY)
+    except OSError:
+        return None
+    return stats.f_bavail * stats.f_frsize
+
+
+def no_room(count: int, nbytes: int, found: str, why: str) -> SharedMemoryError:
+    """The error for payload slots that do not fit in shared memory, with the ways out."""
+    because = f" ({why})" if why else ""
+    return SharedMemoryError(
+        f"backend='nvimgcodec': its payload slots need {count} × {format_size(nbytes)} = "
+        f"{format_size(count * nbytes)} of shared memory{because}, taken whole when the worker processes "
+        f"start, and {found}; give {SHARED_MEMORY} more room (a container: docker run --shm-size=...), "
+        "or lower num_workers or prefetch_factor, or pass num_workers=0 (no slots, no worker processes)")
 
 
 class Lease:
@@ -103,8 +142,8 @@ class PayloadPool:
             free (``"no_slot"``) or the part was bigger than a slot (``"oversize"``).
     """
 
-    def __init__(self, count: int, nbytes: int) -> None:
-        self.slots = SlotBuffers(count, nbytes)
+    def __init__(self, count: int, nbytes: int, why: str = "") -> None:
+        self.slots = SlotBuffers(count, nbytes, why)
         self.counts = {"pooled": 0, "no_slot": 0, "oversize": 0}
         self._lock = threading.RLock()  # a lease freed by the cycle collector may release inside lease()
         self._free = deque(range(count))
@@ -112,12 +151,12 @@ class PayloadPool:
         self._dispatched: dict[int, int] = {}  # slot → generation, leased to parts not received yet
 
     @classmethod
-    def sized_for(cls, dataset: Any, batch_size: int, count: int) -> PayloadPool:
+    def sized_for(cls, dataset: Any, batch_size: int, count: int, why: str = "") -> PayloadPool:
         """``count`` slots, each half again a whole batch of ``dataset``'s mean record (a GPU part
-        is at most a batch; untouched pages of a slot cost no memory)."""
+        is at most a batch; a bigger one takes a fresh buffer)."""
         mean = float(np.mean(dataset.index.size)) if len(dataset.index.size) else 0.0
         nbytes = max(PAGE, -(-int(1.5 * batch_size * mean) // PAGE) * PAGE)
-        return cls(count, nbytes)
+        return cls(count, nbytes, why)
 
     def lease(self) -> tuple[int, int]:
         """A free slot and its new generation for a part handed out now; ``(-1, 0)`` when none is free."""

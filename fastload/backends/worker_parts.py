@@ -20,6 +20,7 @@ import torch
 
 from fastload.backends.decode_split import DecodeSplit
 from fastload.backends.payload_slots import PayloadPool
+from fastload.backends.pipeline_stage import settle
 from fastload.backends.planned_part import plan_part
 from fastload.errors import CorruptRecordError
 from fastload.samples.collate import collate_images, keep_skips
@@ -146,6 +147,8 @@ class WorkerParts:
         with self._reading:
             sent = self.sampler.start(split)
             self._epoch += 1
+            if self._epoch == 1:  # the first iterator forks the workers: not in the middle of a decode
+                settle()
             return PartRouter(self, iter(self.loader), sent, self._epoch)
 
     def read(self, router: PartRouter) -> tuple[bool, Any] | None:
@@ -229,6 +232,8 @@ class PartRouter:
                     else:
                         self._waiting[self._sent.popleft().side].append(read)
                     self._changed.notify_all()
+                if self.closed:  # closed while it read: what it received goes back at once
+                    self._let_go_waiting()
         if not ok:
             raise item
         return item
@@ -247,5 +252,17 @@ class PartRouter:
             yield part
 
     def close(self) -> None:
-        """Read no more (a side inside a read finishes it)."""
+        """Read no more (a side inside a read finishes it), and give back the payload slots of the
+        parts received and not taken (a pass given up, or ended by an error)."""
         self.closed = True
+        self._let_go_waiting()
+
+    def _let_go_waiting(self) -> None:
+        with self._changed:
+            dropped = [item for waiting in self._waiting.values() for ok, item in waiting if ok]
+            for waiting in self._waiting.values():
+                waiting.clear()
+            self._changed.notify_all()
+        for item in dropped:
+            if getattr(item, "lease", None) is not None:
+                item.lease.release()

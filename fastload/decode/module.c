@@ -1,14 +1,15 @@
 /* The native module fastload.decode._jpeg_region: its Python functions parse their arguments,
  * release the GIL and call the C that does the work (jpeg_region.c: a JPEG's crop box decoded and
- * resized; resample.c: a resize alone; jpeg_restarts.c: restart markers added for the pack stage).
- * A failed request raises RegionDecodeError, which the Python side answers by decoding with Pillow.
- */
+ * resized; resample.c: a resize alone; jpeg_restarts.c: restart markers for the pack stage;
+ * mask_rows.c, crop_taps.c: a stored mask's cut, the GPU tails' resample taps). A failed request
+ * raises RegionDecodeError, which the Python side answers by decoding with Pillow. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "crop_taps.h"
 #include "jpeg_region.h"
 #include "jpeg_restarts.h"
 #include "mask_rows.h"
@@ -268,6 +269,7 @@ static PyMethodDef methods[] = {
     {"resize_into", resize_into, METH_VARARGS, resize_into_doc},
     {"add_restart_markers", add_restart_markers, METH_VARARGS, add_restart_markers_doc},
     {"mask_rows_into", fastload_mask_rows_into, METH_VARARGS, fastload_mask_rows_into_doc},
+    {"crop_taps", fastload_crop_taps, METH_VARARGS, fastload_crop_taps_doc},
     FASTLOAD_PIXEL_METHODS
     {NULL, NULL, 0, NULL},
 };

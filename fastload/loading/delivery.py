@@ -40,6 +40,9 @@ class LoaderIterator(_BaseDataLoaderIter):
         # torch's __init__ is not run: ``inner`` already is torch's iterator, with its own state.
         self._loader, self._inner, self._source = loader, inner, source
         self._progress, self._stats, self._workers_died_named = progress, stats, workers
+        tail = getattr(loader, "_tail", None)
+        if hasattr(tail, "counts"):  # the backend's own counts (decoders, payload slots) in loader.stats()
+            stats.tail = tail
         self._skips: deque[int] = deque()  # on_error="skip" records left out of each batch, in order
         noted = _NotingSkips(source, self._skips, stats)
         # The DALI tail delivers on the device, normalised, already.

@@ -24,10 +24,15 @@ class LoaderStats:
     pixel_hits: int = 0  # the dataset's pixel cache: records cropped from stored pixels,
     pixel_misses: int = 0  # decoded from their bytes,
     pixel_stored: int = 0  # of which stored for the next epochs
+    tail: Any = None  # a backend with counts of its own (``counts()``, ``reset_counts()``), kept across resets
 
     def reset(self) -> None:
         """Start counting again (in place: a running iterator records into this object)."""
+        tail = self.tail
         self.__init__()  # type: ignore[misc]
+        self.tail = tail
+        if tail is not None:
+            tail.reset_counts()
 
     def record(self, samples: int, nbytes: int, waited: float, skipped: int = 0) -> None:
         now = time.perf_counter()
@@ -63,6 +68,7 @@ class LoaderStats:
             "mb_per_s": self.bytes / 1e6 / wall if wall > 0 else 0.0,
             "wait_fraction": min(1.0, self.wait_s / wall) if wall > 0 else 0.0,
             "skipped": self.skipped,
+            **(self.tail.counts() if self.tail is not None else {}),
         }
 
 

@@ -39,3 +39,19 @@ def undecodable(tmp_path_factory) -> tuple[Path, int]:
     out = base / "bad.fl"
     pack(listing, out, format="lmdb", workers=1, progress=False)
     return out, bad
+
+
+@pytest.fixture(scope="session")
+def cut_short(tmp_path_factory) -> tuple[Path, int]:
+    """A dataset whose record 7 is a JPEG cut short in its scan, its end marker put back (pack takes
+    it, libjpeg decodes what is there); a GPU's hardware engine could do otherwise."""
+    from fastload.converters import pack
+
+    base = tmp_path_factory.mktemp("backend-cut")
+    listing = write_id_list(base / "pictures", 12, sizes=[(64, 48)], png_every=0)
+    bad = 7
+    whole = encode(picture(64, 48, seed=bad))
+    (base / "pictures" / f"img{bad:04d}.jpg").write_bytes(whole[:len(whole) * 2 // 3] + b"\xff\xd9")
+    out = base / "cut.fl"
+    pack(listing, out, format="lmdb", workers=1, progress=False)
+    return out, bad

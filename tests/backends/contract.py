@@ -4,13 +4,18 @@ tolerances measured for each backend, and the markers that skip what this machin
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
+import sys
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 import fastload
+from tests.conftest import REPO
 
 SIZE = 32
 BATCH = 5  # 37 records (ID_RECORDS): 7 full batches and one of 2
@@ -92,3 +97,12 @@ def same_crops(a: torch.Tensor, b: torch.Tensor, device: str) -> bool:
         return torch.equal(a, b)
     mean, _, biggest = diff_stats(a, b)
     return mean < 1.0 and biggest <= 64
+
+
+def in_a_fresh_process(code: str, timeout: float = 120) -> Any:
+    """Run ``code`` in a new interpreter (in the repository's root) and read the JSON it printed
+    last; its stderr is the assertion's message if it failed."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=timeout,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -26,6 +26,7 @@ from tests.backends.contract import (
     SIZE,
     TORCH_TOLERANCE,
     assert_close,
+    in_a_fresh_process,
     make,
     needs_nvimgcodec,
     run,
@@ -58,9 +59,12 @@ def test_records_the_gpu_decoder_does_not_take_are_the_torch_backends_own_pixels
 
 # --- damaged records: raised in their turn, or skipped and counted ---------------------------------
 
-def test_a_record_no_decoder_takes_fails_the_loop_naming_it(undecodable):
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_record_no_decoder_takes_fails_the_loop_naming_it(undecodable, device):
+    """A broken Huffman table: an error naming the record in its turn, on the GPU too (where a
+    hardware engine might "decode" damaged data), as the torch backend raises it."""
     path, bad = undecodable
-    loader = make(path, "nvimgcodec", batch_size=3, shuffle=False, train=False)
+    loader = make(path, "nvimgcodec", batch_size=3, shuffle=False, train=False, device=device)
     delivered = []
     with pytest.raises(CorruptRecordError, match=rf"record {bad} \(img{bad:04d}.jpg\)"):
         for _, y in loader:
@@ -68,6 +72,18 @@ def test_a_record_no_decoder_takes_fails_the_loop_naming_it(undecodable):
     assert delivered == [0, 1, 2, 3, 4, 5]  # every batch before the bad one
     loader.set_epoch(0)
     assert run(loader, limit=2)[0] == [0, 1, 2, 3, 4, 5]  # the next iteration starts afresh
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_jpeg_cut_short_decodes_as_the_torch_backend_decodes_it(cut_short, device):
+    """A scan cut short, its end marker put back (pack takes it): libjpeg decodes what is there
+    and so does the torch backend; nvImageCodec gives the same, on its CPU codecs and on the GPU,
+    where a hardware engine might give grey or garbage instead."""
+    path, bad = cut_short
+    ids, expected, _ = run(make(path, "torch", batch_size=3, shuffle=False, train=False))
+    got_ids, got, _ = run(make(path, "nvimgcodec", batch_size=3, shuffle=False, train=False, device=device))
+    assert got_ids == ids == list(range(12))
+    assert_close(got[bad:bad + 1], expected[bad:bad + 1], TORCH_TOLERANCE)
 
 
 def test_skip_leaves_out_undecodable_and_damaged_records_and_counts_them(undecodable, tmp_path):
@@ -105,10 +121,7 @@ def test_without_nvimgcodec_the_error_names_the_package(packed):
         "except Exception as exc:\n"
         "    print(json.dumps([type(exc).__name__, isinstance(exc, ImportError), str(exc)]))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120,
-                          check=False)
-    assert done.returncode == 0, done.stderr
-    name, is_import_error, message = json.loads(done.stdout.strip().splitlines()[-1])
+    name, is_import_error, message = in_a_fresh_process(code)
     assert (name, is_import_error) == (MissingDependencyError.__name__, True)
     assert "pip install 'nvidia-nvimgcodec-cu1" in message and "pip install -e '.[gpu" in message
     assert "backend='nvimgcodec'" in message and "backend='torch'" in message
@@ -232,3 +245,16 @@ def test_a_batch_whose_every_record_is_skipped_is_delivered_empty_and_counted(un
         ids, _, sizes = run(loader)
     assert ids == [i for i in range(12) if i != bad] and sizes[bad] == 0
     assert loader.stats()["skipped"] == 1
+
+
+def test_the_gpu_and_dev_extras_both_bring_nvjpeg():
+    """nvImageCodec without its nvjpeg extra has no GPU JPEG decoder: every extra that installs it
+    must ask for nvJPEG too (the dev extra did not)."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+    extras = config["options.extras_require"]
+    for name in ("gpu", "gpu-cu13", "dev"):
+        wanted = [line.strip() for line in extras[name].splitlines() if "nvimgcodec" in line]
+        assert wanted and all("[nvjpeg]" in line for line in wanted), (name, wanted)

@@ -5,20 +5,47 @@ from __future__ import annotations
 
 import io
 import pickle
+import threading
+from collections import deque
 from multiprocessing.reduction import ForkingPickler
+from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.multiprocessing  # registers the tensor reductions with ForkingPickler
 
 import fastload
-from fastload.backends.payload_slots import FILLED, LEASED, PayloadPool, SlotBuffers
+from fastload.backends.payload_slots import (
+    FILLED,
+    LEASED,
+    PayloadPool,
+    SlotBuffers,
+    free_shared_memory,
+)
+from fastload.backends.pipeline_stage import PipelineStage
 from fastload.backends.planned import PlannedBatch, read_and_plan
 from fastload.backends.planned_part import as_batch, as_part
+from fastload.backends.worker_parts import Part, PartRouter
 from fastload.decode.transforms import CropPlan
-from fastload.errors import CorruptRecordError
+from fastload.errors import CorruptRecordError, SharedMemoryError
 from tests.backends.contract import SIZE, make, needs_nvimgcodec, run
-from tests.backends.test_worker_parts import DAMAGED, damaged_copy, fixed_share
+from tests.backends.test_worker_parts import DAMAGED, _Parts, damaged_copy, fixed_share
+
+
+def wait_until(check, limit_s: float = 120.0) -> bool:
+    """Poll ``check`` until it holds (True), or give up after ``limit_s`` (False): what a thread
+    of a pass given up still holds is let go when that thread next runs, on a busy machine later."""
+    waited = threading.Event()
+    for _ in range(int(limit_s / 0.05)):
+        if check():
+            return True
+        waited.wait(0.05)
+    return check()
+
+
+def leased_parts(pool: PayloadPool, count: int) -> list[SimpleNamespace]:
+    """``count`` received GPU parts, each holding a lease of ``pool``'s."""
+    return [SimpleNamespace(lease=pool.received(*pool.lease(), "pooled")) for _ in range(count)]
 
 
 def pooled(monkeypatch, loader, slots: int, share: float = 0.0, slot_bytes: int | None = None):
@@ -27,7 +54,7 @@ def pooled(monkeypatch, loader, slots: int, share: float = 0.0, slot_bytes: int 
     fixed_share(monkeypatch, loader, share)
     loader._tail.payload_slots = slots
     if slot_bytes is not None:
-        monkeypatch.setattr(PayloadPool, "sized_for", classmethod(lambda cls, ds, b, count: cls(count, slot_bytes)))
+        monkeypatch.setattr(PayloadPool, "sized_for", classmethod(lambda cls, ds, b, count, why="": cls(count, slot_bytes)))
     return loader, (lambda: loader._tail._worker_parts.pool)
 
 
@@ -79,6 +106,53 @@ def test_the_slots_travel_to_a_spawned_worker_as_shared_memory_not_a_copy():
     assert slots.memory[1, :3].tolist() == [7, 8, 9] and int(slots.stamps[1, FILLED]) == 42
 
 
+def test_slots_that_do_not_fit_in_shared_memory_are_an_error_naming_them_and_the_way_out():
+    room = free_shared_memory()
+    with pytest.raises(SharedMemoryError, match=r"payload slots need 3 × .* of shared memory \(two workers\).*"
+                                                r"/dev/shm has .* free.*--shm-size.*num_workers=0"):
+        PayloadPool(3, room // 2, why="two workers")
+
+
+@needs_nvimgcodec
+def test_a_loader_whose_slots_do_not_fit_says_so_at_its_first_batch(packed):
+    """Batches of ten million records (one batch of 37 here): slots sized for them cannot fit."""
+    loader = make(packed["lmdb"], "nvimgcodec", batch_size=10_000_000, num_workers=2)
+    with pytest.raises(SharedMemoryError, match=r"2 workers × prefetch_factor 2 \+ 7 in this process"):
+        next(iter(loader))
+
+
+# --- a pass given up gives its slots back --------------------------------------------------------------
+
+
+def test_a_closed_router_gives_back_the_slots_of_the_parts_it_kept():
+    """The CPU side read past two GPU parts (the router keeps them for the GPU side); the pass is
+    given up: closing the router releases their slots at once, not when the garbage collector finds them."""
+    pool = PayloadPool(2, 4096)
+    g0, g1 = leased_parts(pool, 2)
+    items = [(True, "c0"), (True, g0), (True, g1), (True, "c1")]
+    router = PartRouter(_Parts(items), iter(()), deque(Part(side, []) for side in ["cpu", "gpu", "gpu", "cpu"]))
+    assert [router.take("cpu"), router.take("cpu")] == ["c0", "c1"]
+    assert pool.free() == 0
+    router.close()
+    assert pool.free() == 2 and list(router.parts("gpu")) == []
+
+
+def test_a_closed_stage_gives_back_the_slots_of_the_batches_it_holds():
+    """A pipeline stage two batches ahead, the loop holding the first: closing it releases the
+    queued batches' slots at once, and the one in the stage's hands when it stops."""
+    pool = PayloadPool(4, 4096)
+    batches = leased_parts(pool, 4)
+    stage = PipelineStage(iter(batches), depth=2)
+    first = next(stage)
+    assert wait_until(lambda: stage._queue.full())  # two queued, the fourth in the stage's hands
+    del batches
+    stage.close()
+    assert pool.free() >= 2  # the queued ones, at once
+    assert wait_until(lambda: pool.free() == 3)  # and the one in its hands (not the loop's own)
+    first.lease.release()
+    assert pool.free() == 4
+
+
 # --- the loader: the same pixels, slots reused, none lost -------------------------------------------
 
 @needs_nvimgcodec
@@ -105,7 +179,7 @@ def test_a_pass_given_up_mid_epoch_then_a_full_pass_equal_and_no_slot_lost(packe
         loader.set_epoch(0)
         ids, images, sizes = run(loader)
         assert (ids, sizes) == expected[::2] and torch.equal(images, expected[1])
-        assert pool().free() == 3
+        assert wait_until(lambda: pool().free() == 3), pool().free()
     assert pool().counts["pooled"] >= 4  # each pass's first part at least (every slot is free then)
 
 
@@ -141,7 +215,7 @@ def test_skips_and_errors_release_their_slots(packed, tmp_path, monkeypatch, on_
             with pytest.raises(CorruptRecordError, match=rf"record {DAMAGED} "):
                 run(loader)
         loader.set_epoch(0)
-        assert pool().free() + len(pool()._dispatched) == 2  # none lost
+        assert wait_until(lambda: pool().free() + len(pool()._dispatched) == 2)  # none lost
         assert pool().counts["pooled"] >= 2 * (epoch + 1)  # at least records 0 and 1, in slots
     if on_error == "skip":
         assert pool().free() == 2 and loader.stats()["skipped"] == 4
