@@ -10,7 +10,7 @@ from typing import Any
 
 from fastload.errors import (
     BucketNotFound, CacheWarning, ClusterLostError, ClusterUnreachableError, CorruptRecordError, DatasetNotFoundError, FastloadError, ManifestError, MissingDependencyError,
-    PackError, RemoteAccessDenied, RemoteNotFound, RemoteReadError, SkippedRecordWarning, SourceError,
+    PackError, RemoteAccessDenied, RemoteNotFound, RemoteReadError, SharedMemoryError, SkippedRecordWarning, SourceError,
     SourceNotFoundError,
 )
 
@@ -46,6 +46,6 @@ def __dir__() -> list[str]:
 __all__ = [
     "BucketNotFound", "CacheWarning", "ClusterLostError", "ClusterUnreachableError", "CorruptRecordError", "DataLoader", "DatasetNotFoundError", "FastloadError", "LoaderSettings",
     "ManifestError", "MissingDependencyError", "MixedDataset", "PackError", "PackedDataset", "RemoteAccessDenied", "RemoteNotFound",
-    "RemoteReadError", "SkippedRecordWarning", "SourceError", "SourceNotFoundError", "VerifyReport", "__version__",
+    "RemoteReadError", "SharedMemoryError", "SkippedRecordWarning", "SourceError", "SourceNotFoundError", "VerifyReport", "__version__",
     "PackReport", "Writer", "describe", "pack", "tune", "verify",
 ]

@@ -58,7 +58,7 @@ def test_unsupported_datasets_point_to_the_built_in_pipeline(packed):
     with_transform = fastload.PackedDataset(path, transform=lambda img: img)
     cases = [with_transform, fastload.PackedDataset(path), Numbers(10)]
     for dataset in cases:
-        with pytest.raises(ValueError, match=r"PackedDataset\(path, image_size=\.\.\.\)"):
+        with pytest.raises(ValueError, match=r"PackedDataset\(path, image_size=\.\.\., train=\.\.\.\)"):
             fastload.DataLoader(dataset, batch_size=4, backend="dali")
     skipping = fastload.PackedDataset(path, image_size=SIZE, train=True, on_error="skip")
     with pytest.raises(ValueError, match="on_error='skip'.*open it with on_error='raise'"):

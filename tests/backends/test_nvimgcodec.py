@@ -130,7 +130,7 @@ def test_without_nvimgcodec_the_error_names_the_package(packed):
 def test_unsupported_datasets_and_arguments_are_refused(packed):
     path = packed["lmdb"]
     for dataset in (fastload.PackedDataset(path, transform=lambda img: img), fastload.PackedDataset(path)):
-        with pytest.raises(ValueError, match=r"backend='nvimgcodec'.*PackedDataset\(path, image_size=\.\.\.\)"):
+        with pytest.raises(ValueError, match=r"backend='nvimgcodec'.*PackedDataset\(path, image_size=\.\.\., train=\.\.\.\)"):
             fastload.DataLoader(dataset, batch_size=4, backend="nvimgcodec")
     ds = fastload.PackedDataset(path, image_size=SIZE, train=True)
     with pytest.raises(ValueError, match="backend='nvimgcodec': batch_size=None"):
