@@ -170,8 +170,8 @@ LONG_NAME = "a-photo-with-a-long-descriptive-file-name-" * 2
 def test_disk_full_while_the_index_is_written_is_a_clear_error(tmp_path, storage):
     """Every shard fits under the limit, the path index column (~120 KB) does not."""
     src, out = tmp_path / "src", tmp_path / "out"
-    # 1,200 ~2 KB files (~150 shards of 16 KB) whose ~100-byte paths make the column: as big as
-    # 3,000 short-named files' would be, at 40% of the shards to write, resume and read back
+    # 1,200 ~2 KB files (~156 shards of 16 KB) whose ~100-byte paths make a ~120 KB column (3,000
+    # short-named files made ~66 KB): 40% of the records to pack, resume and read back
     bases = [make_jpeg(96, 72, seed=k, quality=95) for k in range(12)]
     files = write_tree(src, {f"class_{i % 10:02d}/{LONG_NAME}{i:05d}.jpg":
                              with_comment(bases[i % len(bases)], f"image {i}") for i in range(1200)})
