@@ -163,11 +163,18 @@ def test_disk_full_after_finished_shards_keeps_them_and_the_same_command_finishe
     assert_complete(out, files)
 
 
+LONG_NAME = "a-photo-with-a-long-descriptive-file-name-" * 2
+
+
 @pytest.mark.parametrize("storage", STORAGES)
 def test_disk_full_while_the_index_is_written_is_a_clear_error(tmp_path, storage):
-    """Every shard fits under the limit, the path index column (~70 KB) does not."""
+    """Every shard fits under the limit, the path index column (~120 KB) does not."""
     src, out = tmp_path / "src", tmp_path / "out"
-    files = many_small_jpegs(src, 3000)
+    # 1,200 ~2 KB files (~156 shards of 16 KB) whose ~100-byte paths make a ~120 KB column (3,000
+    # short-named files made ~66 KB): 40% of the records to pack, resume and read back
+    bases = [make_jpeg(96, 72, seed=k, quality=95) for k in range(12)]
+    files = write_tree(src, {f"class_{i % 10:02d}/{LONG_NAME}{i:05d}.jpg":
+                             with_comment(bases[i % len(bases)], f"image {i}") for i in range(1200)})
     argv = ["pack", src, "-o", out, "--format", storage, "--shard-size", "16KB", "--quiet"]
     failed = subprocess.run(fastload_command(*argv), capture_output=True, text=True, timeout=300,
                             preexec_fn=_with_file_size_limit(60_000))

@@ -21,6 +21,7 @@ from tests.remote.s3_server import S3Server
 QUICK = RetryPolicy(attempts=2, base=0.01, cap=0.05)
 DATA = os.urandom(200_000)
 MAX_BASE = 8.0  # s: six stalled attempts (the pack's retries) stay well inside the 120 s test timeout
+STALL_BASE = 0.5  # s: the base where every GET stalls (``stalls_only``): ~50x a clean GET on an idle machine
 
 
 @pytest.fixture(autouse=True, params=["obstore", "fsspec"])
@@ -40,6 +41,19 @@ def _quick_deadline(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("FASTLOAD_REQUEST_TIMEOUT", f"{min(MAX_BASE, max(2.0, 20 * clean)):.2f}")
     yield
     assert fault_proxy.errors == []
+
+
+@pytest.fixture
+def stalls_only(_quick_deadline: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test whose every GET from here on stalls and must end in DeadlineExceeded: a deadline
+    base of STALL_BASE, since each stalled attempt waits out its whole deadline.
+
+    No GET here has to succeed, so no speed of the machine can fail the test: a request that has
+    not reached the proxy by then ends in the same DeadlineExceeded. On an idle machine a GET
+    reaches the proxy in milliseconds, so the stall is what ends it; the stall-after-headers path
+    is also held to its full count of stalled attempts, under the sound base, by
+    test_a_stall_after_a_lying_content_length_is_retried_then_raised."""
+    monkeypatch.setenv("FASTLOAD_REQUEST_TIMEOUT", f"{STALL_BASE:g}")
 
 
 def _clean_get_seconds(s3_server: S3Server, fault_proxy: FaultProxy, bucket: str) -> float:
@@ -92,10 +106,12 @@ def test_a_stall_after_a_lying_content_length_is_retried_then_raised(store: Remo
 
 
 @pytest.mark.timeout(60)
-def test_a_whole_file_read_that_stalls_is_retried_then_raised(store: RemoteStore, fault_proxy: FaultProxy) -> None:
+def test_a_whole_file_read_that_stalls_is_retried_then_raised(store: RemoteStore, fault_proxy: FaultProxy,
+                                                              stalls_only: None) -> None:
+    # a limit above the blob's 200 KB: a whole-file read (the deadline grows with the bytes asked)
     fault_proxy.fail_next("stall", count=10, match=_gets)
     with pytest.raises(RemoteReadError, match=r"folder/blob: failed 2 times \(DeadlineExceeded"):
-        store.read_file("blob", 10**6)
+        store.read_file("blob", 250_000)
 
 
 @pytest.mark.timeout(60)
@@ -107,9 +123,10 @@ def test_one_stall_is_retried_and_the_bytes_are_right(store: RemoteStore, fault_
 
 @pytest.mark.timeout(60)
 def test_a_slow_drip_under_the_socket_timeout_still_meets_the_deadline(store: RemoteStore,
-                                                                       fault_proxy: FaultProxy) -> None:
+                                                                       fault_proxy: FaultProxy,
+                                                                       stalls_only: None) -> None:
     # 4 KB pieces every ~0.4 s, 20 s for the body: the socket's read timeout (60 s) never fires; the
-    # deadline (at most MAX_BASE + 0.8 s for 200 KB) does
+    # deadline (STALL_BASE + 0.8 s for 200 KB) does
     fault_proxy.bandwidth = 10_000
     with pytest.raises(RemoteReadError, match=r"blob bytes 0-199999: failed 2 times \(DeadlineExceeded"):
         store.read_ranges([("blob", 0, 200_000)])
@@ -135,7 +152,8 @@ def test_packing_from_a_prefix_refuses_an_endless_body(photos: str, s3_server: S
 
 @pytest.mark.timeout(120)
 def test_packing_from_a_prefix_that_stalls_ends_with_the_deadline(photos: str, s3_server: S3Server,
-                                                                  fault_proxy: FaultProxy, tmp_path) -> None:
+                                                                  fault_proxy: FaultProxy, tmp_path,
+                                                                  stalls_only: None) -> None:
     fault_proxy.fail_next("stall", count=100, match=_gets)
     with pytest.raises(RemoteReadError, match=r"photos/c\d/\d\.jpg bytes 0-\d+: failed 6 times \(DeadlineExceeded"):
         pack(photos, tmp_path / "out.fl", progress=False,
@@ -144,11 +162,12 @@ def test_packing_from_a_prefix_that_stalls_ends_with_the_deadline(photos: str, s
 
 @pytest.mark.timeout(60)
 def test_an_http_store_that_stalls_meets_the_deadline_too(s3_server: S3Server, fault_proxy: FaultProxy,
-                                                         s3_bucket: str) -> None:
+                                                         s3_bucket: str, request: pytest.FixtureRequest) -> None:
     # the same object read as plain http(s):// (fsspec's HTTP filesystem, not s3fs): bounded in time
     s3_server.client().put_object(Bucket=s3_bucket, Key="folder/blob", Body=DATA, ACL="public-read")
     store = RemoteStore(f"{fault_proxy.url}/{s3_bucket}/folder", retry=QUICK)
     assert store.read_ranges([("blob", 10, 1000)]) == [DATA[10:1010]]
+    request.getfixturevalue("stalls_only")  # the sound read above had the sound base; the rest all stall
     fault_proxy.fail_next("stall", count=10, match=_gets)
     with pytest.raises(RemoteReadError, match=r"folder/blob bytes 0-99999: failed 2 times \(DeadlineExceeded"):
         store.read_ranges([("blob", 0, 100_000)])

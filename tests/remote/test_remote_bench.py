@@ -140,11 +140,13 @@ def test_the_connector_ranged_reader_fetches_each_record_with_one_ranged_get(sto
 
 def test_doctor_names_far_storage_and_the_fix(store):
     store["proxy"].latency = 0.1  # round trips that dwarf a few small pieces' transfer
+    # each stage and ceiling timed for 0.1 s, not the default 0.5 s: a 0.1 s round trip against a
+    # small JPEG's decode is a verdict a short sample already tells
     try:
         packed = doctor(store["packed"], storage_options=store["options"], duration=0.3, batch_size=8,
-                        progress=False, repeats=1)
+                        stage_budget=0.1, progress=False, repeats=1)
         objects = doctor(store["objects"], storage_options=store["options"], duration=0.3, batch_size=8,
-                         num_workers=1, progress=False, repeats=1)
+                         num_workers=1, stage_budget=0.1, progress=False, repeats=1)
     finally:
         store["proxy"].latency = LATENCY
     assert packed.verdict is not None and packed.verdict.bottleneck == "io"
