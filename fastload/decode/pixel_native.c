@@ -1,4 +1,6 @@
-/* Decode stage, native part, for the pixel cache (fastload/pixels/): its index's entries.
+/* Decode stage, native part, for the pixel cache (fastload/pixels/): its index's entries, and
+ * the fill's decode (fill_decode.c) and the crops from stored pixels (fill_crop.c), called with
+ * the GIL released.
  *
  * The index is a file every process of a node maps: a header, then four 64-bit words per record.
  * Word 0 is written last, with release order, and read first, with acquire order: a reader that
@@ -10,6 +12,9 @@
 
 #include <stdint.h>
 #include <string.h>
+
+#include "fill_crop.h"
+#include "fill_decode.h"
 
 #define ENTRY_WORDS 4
 
@@ -106,6 +111,114 @@ PyObject *fastload_pixel_publish(PyObject *self, PyObject *args) {
     }
     PyBuffer_Release(&index);
     if (words == NULL) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+const char fastload_decode_stored_into_doc[] =
+    "decode_stored_into(data, scale, width, height, out, max_pixels)\n\n"
+    "A width x height JPEG decoded whole at 1/scale (1, 2, 4 or 8) and shrunk into ``out`` (a\n"
+    "C-contiguous writable uint8 H x W x 3 array, no larger than the image at that scale) with\n"
+    "the pixel cache's resize (fill_resize.c); grey is written as RGB. Every row is decoded. The\n"
+    "GIL is released. Raises RegionDecodeError for anything libjpeg refuses or warns about, an\n"
+    "image of another size, one over max_pixels, or one smaller than ``out``.";
+
+PyObject *fastload_decode_stored_into(PyObject *self, PyObject *args) {
+    Py_buffer data, view;
+    Request req;
+    int width, height;
+    PyObject *out;
+    (void)self;
+    memset(&req, 0, sizeof req);
+    if (!PyArg_ParseTuple(args, "y*iiiOl", &data, &req.scale, &width, &height, &out, &req.max_pixels)) {
+        return NULL;
+    }
+    if (req.scale != 1 && req.scale != 2 && req.scale != 4 && req.scale != 8) {
+        PyErr_Format(PyExc_ValueError, "decode_stored_into: bad scale %d", req.scale);
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(out, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    if (view.ndim != 3 || view.shape[2] != 3 || view.itemsize != 1 || view.shape[0] < 1 || view.shape[1] < 1 ||
+        view.shape[0] > 0xFFFF || view.shape[1] > 0xFFFF) {
+        PyErr_SetString(PyExc_ValueError, "out must be a C-contiguous writable uint8 array of shape (H, W, 3)");
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    req.data = (const unsigned char *)data.buf;
+    req.length = (size_t)data.len;
+    Py_BEGIN_ALLOW_THREADS
+    fastload_jpeg_fill(&req, (unsigned char *)view.buf, (int)view.shape[1], (int)view.shape[0]);
+    Py_END_ALLOW_THREADS
+    if (req.status == 0 && ((int)req.image_width != width || (int)req.image_height != height)) {
+        req.status = 5; /* another image than the index describes: Pillow's path says what */
+    }
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&data);
+    if (req.status != 0) {
+        return fastload_request_error(&req);
+    }
+    Py_RETURN_NONE;
+}
+
+const char fastload_crop_stored_into_doc[] =
+    "crop_stored_into(pixels, x0, y0, x1, y1, crop_first, flip, out)\n\n"
+    "The box (x0, y0)-(x1, y1) of ``pixels`` (stored pixels: a C-contiguous uint8 H x W x 3 array)\n"
+    "resized into ``out`` (a writable uint8 H x W x 3 array, any strides) with the fill's resize,\n"
+    "placed as Pillow's resize(box=) places it (cut out first when crop_first and its corners are\n"
+    "whole pixels), mirrored when flip. Only the box's rows and columns are read. The GIL is\n"
+    "released. Raises ValueError for a box outside the image.";
+
+PyObject *fastload_crop_stored_into(PyObject *self, PyObject *args) {
+    Py_buffer pixels, view;
+    PyObject *source, *out;
+    double box[4];
+    int crop_first, flip, ok = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OddddppO", &source, &box[0], &box[1], &box[2], &box[3], &crop_first, &flip,
+                          &out)) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(source, &pixels, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        return NULL;
+    }
+    if (pixels.ndim != 3 || pixels.shape[2] != 3 || pixels.itemsize != 1 || pixels.shape[0] > 0xFFFF ||
+        pixels.shape[1] > 0xFFFF) {
+        PyBuffer_Release(&pixels);
+        PyErr_SetString(PyExc_ValueError, "pixels must be a C-contiguous uint8 array of shape (H, W, 3)");
+        return NULL;
+    }
+    if (!fastload_clamp_box(box, (int)pixels.shape[1], (int)pixels.shape[0])) {
+        PyErr_Format(PyExc_ValueError, "crop_stored_into: the box is outside the %dx%d image", (int)pixels.shape[1],
+                     (int)pixels.shape[0]);
+        PyBuffer_Release(&pixels);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(out, &view, PyBUF_RECORDS) < 0) {
+        PyBuffer_Release(&pixels);
+        return NULL;
+    }
+    if (view.ndim != 3 || view.shape[2] != 3 || view.itemsize != 1 || view.shape[0] < 1 || view.shape[1] < 1 ||
+        view.shape[0] > 0xFFFF || view.shape[1] > 0xFFFF) {
+        PyErr_SetString(PyExc_ValueError, "out must be a writable uint8 array of shape (H, W, 3)");
+    } else {
+        Target target = {(unsigned char *)view.buf, view.strides[0], view.strides[1], view.strides[2], flip};
+        Py_BEGIN_ALLOW_THREADS
+        ok = fastload_fill_crop((const unsigned char *)pixels.buf, (int)pixels.shape[1], (int)pixels.shape[0], box,
+                                crop_first, (int)view.shape[1], (int)view.shape[0], &target);
+        Py_END_ALLOW_THREADS
+        if (!ok) {
+            PyErr_NoMemory();
+        }
+    }
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&pixels);
+    if (!ok) {
         return NULL;
     }
     Py_RETURN_NONE;

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fastload.decode.crops import decode_crop, resize_into
+from fastload.decode.stored import crop_stored_into, decode_stored
 from fastload.decode.transforms import CropPlan
 from fastload.pixels.layout import MAX_SIDE, stored_size
 from fastload.pixels.store import PixelStore
@@ -75,9 +75,7 @@ class BatchPixels:
             return False
         pixels = _scratch(size).reshape(stored_h, stored_w, 3)
         try:
-            # The whole image at the largest JPEG reduction that leaves the stored size, resized to it.
-            decode_crop(payload, CropPlan((0, 0, width, height), (stored_h, stored_w)), out=pixels,
-                        where=where, max_pixels=max_pixels)
+            decode_stored(payload, width, height, pixels, where=where, max_pixels=max_pixels)
         except BaseException:
             self.store.give_back(offset, size)
             raise
@@ -116,4 +114,4 @@ def _crop_stored(pixels: np.ndarray, plan: CropPlan, width: int, height: int, ou
     # Multiplied first: a box edge on the image's edge lands exactly on the stored pixels' edge.
     box = (left * stored_w / width, top * stored_h / height,
            (left + box_w) * stored_w / width, (top + box_h) * stored_h / height)
-    resize_into(pixels, *box, plan.crop_first, plan.flip, out)
+    crop_stored_into(pixels, *box, plan.crop_first, plan.flip, out)

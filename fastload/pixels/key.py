@@ -16,11 +16,9 @@ from typing import Any
 
 import xxhash
 
+from fastload.decode.stored import FILL
 from fastload.format import Manifest
 from fastload.pixels.layout import PIXEL_FORMAT
-
-FILL = "whole image at the least M/8 JPEG scale that leaves the stored size, then Pillow's bilinear"
-"""How stored pixels are made (fastload.decode.crops.decode_resized); part of the key."""
 
 
 def dataset_version(manifest: Manifest) -> str:
