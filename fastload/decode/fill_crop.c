@@ -12,12 +12,12 @@
 #include "fill_resize.h"
 #include "resample_store.h"
 
-/* An axis over [in0, in1) of in_size pixels; cut: over that span alone (its own image), then
+/* An axis over [in0, in1) of in_size pixels (lanes: for a columns pass); cut: over that span alone (its own image), then
  * moved back. Either way, first[] counts from the axis's first pixel read (begin). */
-static int crop_axis(FillAxis *axis, int in_size, double in0, double in1, int cut, int out_size) {
+static int crop_axis(FillAxis *axis, int in_size, double in0, double in1, int cut, int out_size, int lanes) {
     int offset = cut ? (int)in0 : 0, i;
-    if (!(cut ? fastload_fill_axis(axis, (int)in1 - offset, 0.0, in1 - offset, out_size)
-              : fastload_fill_axis(axis, in_size, in0, in1, out_size))) {
+    if (!(cut ? fastload_fill_axis(axis, (int)in1 - offset, 0.0, in1 - offset, out_size, lanes)
+              : fastload_fill_axis(axis, in_size, in0, in1, out_size, lanes))) {
         return 0;
     }
     for (i = 0; i < out_size; i++) {
@@ -38,10 +38,10 @@ int fastload_fill_crop(const unsigned char *pixels, int width, int height, const
     const unsigned char **under = NULL;
     int i, t, ok = 0;
 
-    if (!crop_axis(&x, width, box[0], box[2], cut, out_width)) {
+    if (!crop_axis(&x, width, box[0], box[2], cut, out_width, 1)) {
         return 0;
     }
-    if (!crop_axis(&y, height, box[1], box[3], cut, out_height)) {
+    if (!crop_axis(&y, height, box[1], box[3], cut, out_height, 0)) {
         fastload_fill_axis_free(&x);
         return 0;
     }

@@ -35,17 +35,40 @@ static void fill_free(Fill *fill) {
     free(fill);
 }
 
-/* The resize, as rows come: 0 when out of memory. */
+/* Rows libjpeg is asked for at a time: an iMCU row of 4:2:0 (fewer, one by one, cost a copy of
+ * every other row inside libjpeg, and the switching between it and the resize costs more). */
+#define BAND 16
+
+/* Every row into out, as it is stored: 1, or -1 when libjpeg stops handing rows over. */
+static int read_whole(struct jpeg_decompress_struct *cinfo, unsigned char *out) {
+    size_t row_bytes = (size_t)cinfo->output_width * 3;
+    while (cinfo->output_scanline < cinfo->output_height) {
+        JSAMPROW into[BAND];
+        int row = (int)cinfo->output_scanline, left = (int)cinfo->output_height - row, t;
+        int n = left < BAND ? left : BAND;
+        for (t = 0; t < n; t++) {
+            into[t] = out + (size_t)(row + t) * row_bytes;
+        }
+        if (jpeg_read_scanlines(cinfo, into, (JDIMENSION)n) == 0) {
+            return -1;
+        }
+    }
+    return 1;
+}
+
+/* The resize, as rows come: 1, or 0 when out of memory, -1 when libjpeg stops handing rows over. */
 static int resize_rows(struct jpeg_decompress_struct *cinfo, Fill *fill, unsigned char *out,
                        int out_width, int out_height) {
     size_t row_bytes = (size_t)cinfo->output_width * 3;
-    int decoded = 0, i, t, ring;
+    int height = (int)cinfo->output_height, decoded = 0, i, t, ring;
 
-    if (!fastload_fill_axis(&fill->x, (int)cinfo->output_width, 0.0, cinfo->output_width, out_width) ||
-        !fastload_fill_axis(&fill->y, (int)cinfo->output_height, 0.0, cinfo->output_height, out_height)) {
+    if (!fastload_fill_axis(&fill->x, (int)cinfo->output_width, 0.0, cinfo->output_width, out_width, 1) ||
+        !fastload_fill_axis(&fill->y, height, 0.0, height, out_height, 0)) {
         return 0;
     }
-    ring = fill->y.max_count > 0 ? fill->y.max_count : 1;
+    /* Room for one output row's rows and a band more: a band read never lands on a row that an
+     * output row still to be made reads. */
+    ring = fill->y.max_count + BAND;
     fill->ring = malloc(row_bytes * (size_t)ring);
     fill->row = calloc(row_bytes + FILL_READ_PAST, 1);
     fill->under = malloc(sizeof(unsigned char *) * (size_t)ring);
@@ -54,9 +77,17 @@ static int resize_rows(struct jpeg_decompress_struct *cinfo, Fill *fill, unsigne
     }
     for (i = 0; i < out_height; i++) {
         int first = fill->y.first[i], need = first + fill->y.count[i];
-        for (; decoded < need; decoded++) { /* over the row `ring` before it: no output row left reads it */
-            JSAMPROW into[1] = {fill->ring + (size_t)(decoded % ring) * row_bytes};
-            jpeg_read_scanlines(cinfo, into, 1);
+        while (decoded < need) {
+            JSAMPROW into[BAND];
+            int n = height - decoded < BAND ? height - decoded : BAND;
+            for (t = 0; t < n; t++) {
+                into[t] = fill->ring + (size_t)((decoded + t) % ring) * row_bytes;
+            }
+            n = (int)jpeg_read_scanlines(cinfo, into, (JDIMENSION)n);
+            if (n == 0) {
+                return -1;
+            }
+            decoded += n;
         }
         for (t = 0; t < fill->y.count[i]; t++) {
             fill->under[t] = fill->ring + (size_t)((first + t) % ring) * row_bytes;
@@ -71,6 +102,7 @@ void fastload_jpeg_fill(Request *req, unsigned char *out, int out_width, int out
     struct jpeg_decompress_struct cinfo;
     ErrorManager err;
     Fill *fill = calloc(1, sizeof *fill); /* on the heap: what it holds outlives a longjmp */
+    int rows;
 
     memset(&cinfo, 0, sizeof cinfo);
     if (fill == NULL) {
@@ -100,18 +132,19 @@ void fastload_jpeg_fill(Request *req, unsigned char *out, int out_width, int out
         req->status = 5;
         goto done;
     }
-    if ((int)cinfo.output_width == out_width && (int)cinfo.output_height == out_height) {
-        while ((int)cinfo.output_scanline < out_height) { /* stored as decoded */
-            JSAMPROW into[1] = {out + (size_t)cinfo.output_scanline * (size_t)out_width * 3};
-            jpeg_read_scanlines(&cinfo, into, 1);
-        }
-    } else if (!resize_rows(&cinfo, fill, out, out_width, out_height)) {
-        req->status = 4;
+    rows = (int)cinfo.output_width == out_width && (int)cinfo.output_height == out_height
+               ? read_whole(&cinfo, out) /* stored as decoded */
+               : resize_rows(&cinfo, fill, out, out_width, out_height);
+    if (rows != 1) {
+        req->status = rows == 0 ? 4 : 1;
+        strcpy(req->message, "no rows came out of the decoder");
         goto done;
     }
     while (cinfo.output_scanline < cinfo.output_height) { /* rows no output row reads: checked too */
         JSAMPROW into[1] = {fill->ring};
-        jpeg_read_scanlines(&cinfo, into, 1);
+        if (jpeg_read_scanlines(&cinfo, into, 1) == 0) {
+            break; /* jpeg_finish_decompress says why */
+        }
     }
     jpeg_finish_decompress(&cinfo);
     req->status = 0;

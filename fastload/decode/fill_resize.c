@@ -24,46 +24,45 @@ static unsigned char clip8(int32_t sum) {
     return (unsigned char)(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
-/* Output pixel i's window, [lo, lo + n), the window Pillow's resize gives it. */
-static int window(double center, double stretch, int in_size, int *lo) {
-    int hi = (int)(center + stretch + 0.5);
-    *lo = (int)(center - stretch + 0.5);
-    *lo = *lo < 0 ? 0 : *lo;
-    hi = hi > in_size ? in_size : hi;
-    return hi > *lo ? hi - *lo : 0;
-}
-
-int fastload_fill_axis(FillAxis *axis, int in_size, double in0, double in1, int out_size) {
-    double scale = (in1 - in0) / out_size, stretch = scale < 1.0 ? 1.0 : scale, *w;
+int fastload_fill_axis(FillAxis *axis, int in_size, double in0, double in1, int out_size, int lanes) {
+    double scale = (in1 - in0) / out_size, stretch = scale < 1.0 ? 1.0 : scale, inverse = 1.0 / stretch, *w;
     int i, t;
 
     memset(axis, 0, sizeof *axis);
     axis->in_size = in_size;
     axis->out_size = out_size;
-    axis->begin = in_size;
-    for (i = 0; i < out_size; i++) { /* the windows first: their longest sets the taps */
-        int lo, n = window(in0 + (i + 0.5) * scale, stretch, in_size, &lo);
-        axis->max_count = n > axis->max_count ? n : axis->max_count;
-    }
-    axis->taps = (axis->max_count + 3) / 4 * 4; /* whole groups of four for the columns pass */
     axis->first = malloc(sizeof(int) * (size_t)out_size);
     axis->count = malloc(sizeof(int) * (size_t)out_size);
+    if (axis->first == NULL || axis->count == NULL) {
+        fastload_fill_axis_free(axis);
+        return 0;
+    }
+    for (i = 0; i < out_size; i++) { /* each output pixel's window, as Pillow's resize(box=) has it */
+        double center = in0 + (i + 0.5) * scale;
+        int lo = (int)(center - stretch + 0.5), hi = (int)(center + stretch + 0.5);
+        lo = lo < 0 ? 0 : lo;
+        hi = hi > in_size ? in_size : hi;
+        axis->first[i] = lo;
+        axis->count[i] = hi > lo ? hi - lo : 0;
+        axis->max_count = axis->count[i] > axis->max_count ? axis->count[i] : axis->max_count;
+    }
+    axis->taps = (axis->max_count + 3) / 4 * 4; /* whole groups of four for the columns pass */
     axis->weights = calloc((size_t)out_size * (size_t)axis->taps, sizeof(int16_t));
-    axis->lanes = calloc((size_t)out_size * (size_t)axis->taps * 4, sizeof(int16_t));
-    w = malloc(sizeof(double) * (size_t)(axis->taps > 0 ? axis->taps : 1));
-    if (axis->first == NULL || axis->count == NULL || axis->weights == NULL || axis->lanes == NULL ||
-        w == NULL) {
+    axis->lanes = lanes ? calloc((size_t)out_size * (size_t)axis->taps * 4, sizeof(int16_t)) : NULL;
+    w = malloc(sizeof(double) * (size_t)(axis->taps > 0 ? axis->taps : 1)); /* one window's */
+    if (axis->weights == NULL || (lanes && axis->lanes == NULL) || w == NULL) {
         free(w);
         fastload_fill_axis_free(axis);
         return 0;
     }
+    axis->begin = in_size;
     for (i = 0; i < out_size; i++) {
         double center = in0 + (i + 0.5) * scale, total = 0.0;
-        int lo, n = window(center, stretch, in_size, &lo), largest = 0, sum = 0;
+        int lo = axis->first[i], n = axis->count[i], largest = 0, sum = 0;
         int16_t *k = axis->weights + (size_t)i * (size_t)axis->taps;
 
         for (t = 0; t < n; t++) {
-            double x = fabs((t + lo - center + 0.5) / stretch);
+            double x = fabs((t + lo - center + 0.5) * inverse);
             w[t] = x < 1.0 ? 1.0 - x : 0.0;
             total += w[t];
         }
@@ -74,19 +73,15 @@ int fastload_fill_axis(FillAxis *axis, int in_size, double in0, double in1, int 
         }
         if (n > 0) {
             k[largest] = (int16_t)(k[largest] + ONE - sum);
+            axis->begin = lo < axis->begin ? lo : axis->begin;
+            axis->end = lo + n > axis->end ? lo + n : axis->end;
         }
-        for (t = 0; t < n; t++) { /* four taps a group: 0 and 1 low, 2 and 3 high, per channel */
+        for (t = 0; lanes && t < n; t++) { /* four taps a group: 0 and 1 low, 2 and 3 high, per channel */
             int16_t *lane = axis->lanes + ((size_t)i * (size_t)axis->taps + (size_t)(t / 4 * 4)) * 4;
             int c, at = t % 4 < 2 ? t % 2 : 8 + t % 2;
             for (c = 0; c < 3; c++) {
                 lane[at + 2 * c] = k[t];
             }
-        }
-        axis->first[i] = lo;
-        axis->count[i] = n;
-        if (n > 0) {
-            axis->begin = lo < axis->begin ? lo : axis->begin;
-            axis->end = lo + n > axis->end ? lo + n : axis->end;
         }
     }
     if (axis->end <= axis->begin) {

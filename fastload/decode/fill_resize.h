@@ -23,8 +23,9 @@ typedef struct {
     int16_t *weights, *lanes;
 } FillAxis;
 
-/* The axis; 0 when out of memory (nothing to free) or 1 (free with fastload_fill_axis_free). */
-int fastload_fill_axis(FillAxis *axis, int in_size, double in0, double in1, int out_size);
+/* The axis (with lanes when asked: a columns pass's); 0 when out of memory (nothing to free) or 1
+ * (free with fastload_fill_axis_free). */
+int fastload_fill_axis(FillAxis *axis, int in_size, double in0, double in1, int out_size, int lanes);
 void fastload_fill_axis_free(FillAxis *axis);
 
 /* Output row i of the rows pass: rows[t] is input row y->first[i] + t, each row_bytes long. */

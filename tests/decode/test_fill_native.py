@@ -38,7 +38,7 @@ def axis(in_size: int, in0: float, in1: float, out_size: int) -> tuple[list[int]
     for i in range(out_size):
         center = in0 + (i + 0.5) * scale
         lo, hi = max(int(center - stretch + 0.5), 0), min(int(center + stretch + 0.5), in_size)
-        w = [1.0 - x if (x := abs((t + lo - center + 0.5) / stretch)) < 1.0 else 0.0 for t in range(hi - lo)]
+        w = [1.0 - x if (x := abs((t + lo - center + 0.5) * (1.0 / stretch))) < 1.0 else 0.0 for t in range(hi - lo)]
         total = sum(w)
         k = [math.floor((v / total if total > 0 else 1.0 / len(w)) * ONE + 0.5) for v in w]
         k[k.index(max(k))] += ONE - sum(k)
