@@ -12,9 +12,11 @@
 #include "fill_resize.h"
 #include "resample_store.h"
 
-/* An axis over [in0, in1) of in_size pixels (lanes: for a columns pass); cut: over that span alone (its own image), then
- * moved back. Either way, first[] counts from the axis's first pixel read (begin). */
-static int crop_axis(FillAxis *axis, int in_size, double in0, double in1, int cut, int out_size, int lanes) {
+/* An axis over [in0, in1) of in_size pixels (lanes: for a columns pass); cut: over that span
+ * alone (its own image), then moved back. Either way, first[] counts from the axis's first pixel
+ * read (begin). */
+static int crop_axis(FillAxis *axis, int in_size, double in0, double in1, int cut, int out_size,
+                     int lanes) {
     int offset = cut ? (int)in0 : 0, i;
     if (!(cut ? fastload_fill_axis(axis, (int)in1 - offset, 0.0, in1 - offset, out_size, lanes)
               : fastload_fill_axis(axis, in_size, in0, in1, out_size, lanes))) {
@@ -30,8 +32,8 @@ static int crop_axis(FillAxis *axis, int in_size, double in0, double in1, int cu
 
 int fastload_fill_crop(const unsigned char *pixels, int width, int height, const double box[4],
                        int crop_first, int out_width, int out_height, const Target *target) {
-    int cut = crop_first && box[0] == floor(box[0]) && box[1] == floor(box[1]) && box[2] == floor(box[2]) &&
-              box[3] == floor(box[3]);
+    int cut = crop_first && box[0] == floor(box[0]) && box[1] == floor(box[1]) &&
+              box[2] == floor(box[2]) && box[3] == floor(box[3]);
     FillAxis x, y;
     size_t span, stride = (size_t)width * 3;
     unsigned char *row = NULL, *out = NULL;

@@ -62,7 +62,8 @@ static int resize_rows(struct jpeg_decompress_struct *cinfo, Fill *fill, unsigne
     size_t row_bytes = (size_t)cinfo->output_width * 3;
     int height = (int)cinfo->output_height, decoded = 0, i, t, ring;
 
-    if (!fastload_fill_axis(&fill->x, (int)cinfo->output_width, 0.0, cinfo->output_width, out_width, 1) ||
+    if (!fastload_fill_axis(&fill->x, (int)cinfo->output_width, 0.0, cinfo->output_width,
+                            out_width, 1) ||
         !fastload_fill_axis(&fill->y, height, 0.0, height, out_height, 0)) {
         return 0;
     }
@@ -140,7 +141,7 @@ void fastload_jpeg_fill(Request *req, unsigned char *out, int out_width, int out
         strcpy(req->message, "no rows came out of the decoder");
         goto done;
     }
-    while (cinfo.output_scanline < cinfo.output_height) { /* rows no output row reads: checked too */
+    while (cinfo.output_scanline < cinfo.output_height) { /* rows no output row reads: checked */
         JSAMPROW into[1] = {fill->ring};
         if (jpeg_read_scanlines(&cinfo, into, 1) == 0) {
             break; /* jpeg_finish_decompress says why */

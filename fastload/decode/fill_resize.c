@@ -24,8 +24,10 @@ static unsigned char clip8(int32_t sum) {
     return (unsigned char)(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
-int fastload_fill_axis(FillAxis *axis, int in_size, double in0, double in1, int out_size, int lanes) {
-    double scale = (in1 - in0) / out_size, stretch = scale < 1.0 ? 1.0 : scale, inverse = 1.0 / stretch, *w;
+int fastload_fill_axis(FillAxis *axis, int in_size, double in0, double in1, int out_size,
+                       int lanes) {
+    double scale = (in1 - in0) / out_size, stretch = scale < 1.0 ? 1.0 : scale;
+    double inverse = 1.0 / stretch, *w;
     int i, t;
 
     memset(axis, 0, sizeof *axis);
@@ -37,7 +39,7 @@ int fastload_fill_axis(FillAxis *axis, int in_size, double in0, double in1, int 
         fastload_fill_axis_free(axis);
         return 0;
     }
-    for (i = 0; i < out_size; i++) { /* each output pixel's window, as Pillow's resize(box=) has it */
+    for (i = 0; i < out_size; i++) { /* each output pixel's window, as Pillow's resize(box=) */
         double center = in0 + (i + 0.5) * scale;
         int lo = (int)(center - stretch + 0.5), hi = (int)(center + stretch + 0.5);
         lo = lo < 0 ? 0 : lo;
@@ -76,8 +78,9 @@ int fastload_fill_axis(FillAxis *axis, int in_size, double in0, double in1, int 
             axis->begin = lo < axis->begin ? lo : axis->begin;
             axis->end = lo + n > axis->end ? lo + n : axis->end;
         }
-        for (t = 0; lanes && t < n; t++) { /* four taps a group: 0 and 1 low, 2 and 3 high, per channel */
-            int16_t *lane = axis->lanes + ((size_t)i * (size_t)axis->taps + (size_t)(t / 4 * 4)) * 4;
+        for (t = 0; lanes && t < n; t++) { /* four taps a group: 0, 1 low, 2, 3 high, per channel */
+            size_t group = (size_t)i * (size_t)axis->taps + (size_t)(t / 4 * 4);
+            int16_t *lane = axis->lanes + group * 4;
             int c, at = t % 4 < 2 ? t % 2 : 8 + t % 2;
             for (c = 0; c < 3; c++) {
                 lane[at + 2 * c] = k[t];
@@ -104,8 +107,9 @@ void fastload_fill_axis_free(FillAxis *axis) {
 /* Sixteen bytes of the rows pass from two rows: their bytes widened to 16 bits and interleaved,
  * so that one vpmaddwd multiplies each pair by its two weights (w: both in one word) and adds
  * them; low: bytes 0-3 and 8-11, high: 4-7 and 12-15 (per 128-bit lane). */
-__attribute__((target("avx2"))) static inline void two_rows(const unsigned char *a, const unsigned char *b,
-                                                           __m256i w, __m256i *low, __m256i *high) {
+__attribute__((target("avx2"))) static inline void two_rows(const unsigned char *a,
+                                                           const unsigned char *b, __m256i w,
+                                                           __m256i *low, __m256i *high) {
     __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)a));
     __m256i y = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)b));
     *low = _mm256_add_epi32(*low, _mm256_madd_epi16(_mm256_unpacklo_epi16(x, y), w));
@@ -113,8 +117,10 @@ __attribute__((target("avx2"))) static inline void two_rows(const unsigned char 
 }
 
 /* The sums rounded to 8 bits and stored: packing per lane puts bytes 0-15 back in order. */
-__attribute__((target("avx2"))) static inline void store16(__m256i low, __m256i high, unsigned char *out) {
-    __m256i packed = _mm256_packs_epi32(_mm256_srai_epi32(low, FILL_BITS), _mm256_srai_epi32(high, FILL_BITS));
+__attribute__((target("avx2"))) static inline void store16(__m256i low, __m256i high,
+                                                          unsigned char *out) {
+    __m256i packed = _mm256_packs_epi32(_mm256_srai_epi32(low, FILL_BITS),
+                                        _mm256_srai_epi32(high, FILL_BITS));
     packed = _mm256_permute4x64_epi64(_mm256_packus_epi16(packed, packed), 0x08);
     _mm_storeu_si128((__m128i *)out, _mm256_castsi256_si128(packed));
 }
@@ -135,10 +141,12 @@ __attribute__((target("avx2"))) static size_t rows_avx2(const int16_t *k, int n,
     for (t = 0; t < n; t += 2) {
         row[t] = rows[t];
         row[t + 1] = t + 1 < n ? rows[t + 1] : rows[t];
-        pairs[t / 2] = _mm256_set1_epi32((int)((uint16_t)k[t] | (uint32_t)(t + 1 < n ? (uint16_t)k[t + 1] : 0) << 16));
+        uint32_t next = t + 1 < n ? (uint16_t)k[t + 1] : 0;
+        pairs[t / 2] = _mm256_set1_epi32((int)((uint16_t)k[t] | next << 16));
     }
     if (n <= 4) { /* the usual shrink (to at most half): two pairs, in registers */
-        const unsigned char *r0 = row[0], *r1 = row[1], *r2 = n > 2 ? row[2] : row[0], *r3 = n > 2 ? row[3] : row[0];
+        const unsigned char *r0 = row[0], *r1 = row[1];
+        const unsigned char *r2 = n > 2 ? row[2] : row[0], *r3 = n > 2 ? row[3] : row[0];
         __m256i w0 = pairs[0], w1 = n > 2 ? pairs[1] : _mm256_setzero_si256();
         for (j = 0; j + 16 <= row_bytes; j += 16) {
             __m256i low = half, high = half;
@@ -162,14 +170,16 @@ __attribute__((target("avx2"))) static size_t rows_avx2(const int16_t *k, int n,
  * 0 and 1 spread into the low lane and 2 and 3 into the high one as 16-bit pairs per channel,
  * one vpmaddwd with their weights (zeros past the pixel's count) a group: the pixel's R, G, B
  * sums are those of the low lane's first three words plus the high lane's. */
-__attribute__((target("avx2"))) static inline __m256i pixel_sums(const unsigned char *p, const int16_t *k,
-                                                                int groups, __m256i spread) {
+__attribute__((target("avx2"))) static inline __m256i pixel_sums(const unsigned char *p,
+                                                                const int16_t *k, int groups,
+                                                                __m256i spread) {
     __m256i sum = _mm256_setzero_si256();
     int g;
     for (g = 0; g < groups; g++, p += 12, k += 16) {
         __m256i pixels = _mm256_shuffle_epi8(
             _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p)), spread);
-        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pixels, _mm256_loadu_si256((const __m256i *)k)));
+        __m256i weights = _mm256_loadu_si256((const __m256i *)k);
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pixels, weights));
     }
     return sum;
 }
@@ -177,11 +187,14 @@ __attribute__((target("avx2"))) static inline __m256i pixel_sums(const unsigned 
 /* The columns pass: four output pixels a step (their lanes' sums added two pixels at a time,
  * rounded, packed and stored as 12 bytes), then one at a time but for the last, whose four-byte
  * store would pass the row. Returns the pixels done. */
-__attribute__((target("avx2"))) static int columns_avx2(const FillAxis *x, const unsigned char *row,
+__attribute__((target("avx2"))) static int columns_avx2(const FillAxis *x,
+                                                       const unsigned char *row,
                                                        unsigned char *out) {
-    const __m256i spread = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
-                                            6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
-    const __m256i half = _mm256_set1_epi32(HALF), order = _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0);
+    const __m256i spread = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1,
+                                            -1, 6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1,
+                                            -1, -1);
+    const __m256i half = _mm256_set1_epi32(HALF);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0);
     const __m128i compact = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
     const int *first = x->first; /* in locals: the stores below may alias anything through x */
     const int16_t *lanes = x->lanes;
@@ -193,22 +206,28 @@ __attribute__((target("avx2"))) static int columns_avx2(const FillAxis *x, const
         __m256i c = pixel_sums(row + (size_t)first[i + 2] * 3, k + 2 * step, groups, spread);
         __m256i d = pixel_sums(row + (size_t)first[i + 3] * 3, k + 3 * step, groups, spread);
         /* [a | b] and [c | d]: each lane one pixel's R, G, B, 0 */
-        __m256i ab = _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-        __m256i cd = _mm256_add_epi32(_mm256_permute2x128_si256(c, d, 0x20), _mm256_permute2x128_si256(c, d, 0x31));
-        __m256i bytes = _mm256_packs_epi32(_mm256_srai_epi32(_mm256_add_epi32(ab, half), FILL_BITS),
-                                           _mm256_srai_epi32(_mm256_add_epi32(cd, half), FILL_BITS));
+        __m256i ab = _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                                      _mm256_permute2x128_si256(a, b, 0x31));
+        __m256i cd = _mm256_add_epi32(_mm256_permute2x128_si256(c, d, 0x20),
+                                      _mm256_permute2x128_si256(c, d, 0x31));
+        __m256i bytes = _mm256_packs_epi32(
+            _mm256_srai_epi32(_mm256_add_epi32(ab, half), FILL_BITS),
+            _mm256_srai_epi32(_mm256_add_epi32(cd, half), FILL_BITS));
         __m128i rgb;
+        int32_t last;
         bytes = _mm256_packus_epi16(bytes, bytes); /* dwords: a c a c | b d b d */
-        rgb = _mm_shuffle_epi8(_mm256_castsi256_si128(_mm256_permutevar8x32_epi32(bytes, order)), compact);
+        rgb = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(bytes, order));
+        rgb = _mm_shuffle_epi8(rgb, compact); /* a b c d, three bytes each */
         _mm_storel_epi64((__m128i *)(out + 3 * i), rgb);
-        _mm_storeu_si32(out + 3 * i + 8, _mm_srli_si128(rgb, 8));
+        last = _mm_cvtsi128_si32(_mm_srli_si128(rgb, 8));
+        memcpy(out + 3 * i + 8, &last, 4);
     }
     for (; i + 1 < x->out_size; i++) {
-        __m256i sum = pixel_sums(row + (size_t)first[i] * 3, lanes + (size_t)i * (size_t)step, groups, spread);
-        __m128i rgb = _mm_add_epi32(_mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1)),
-                                    _mm256_castsi256_si128(half));
+        __m256i sum = pixel_sums(row + (size_t)first[i] * 3, lanes + (size_t)i * (size_t)step,
+                                 groups, spread);
+        __m128i rgb = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
         int32_t bytes;
-        rgb = _mm_srai_epi32(rgb, FILL_BITS);
+        rgb = _mm_srai_epi32(_mm_add_epi32(rgb, _mm256_castsi256_si128(half)), FILL_BITS);
         rgb = _mm_packus_epi16(_mm_packs_epi32(rgb, rgb), rgb);
         bytes = _mm_cvtsi128_si32(rgb);
         memcpy(out + 3 * i, &bytes, 4); /* the fourth byte is the next pixel's, written next */
@@ -217,8 +236,8 @@ __attribute__((target("avx2"))) static int columns_avx2(const FillAxis *x, const
 }
 #endif
 
-void fastload_fill_rows(const FillAxis *y, int i, const unsigned char *const *rows, size_t row_bytes,
-                        unsigned char *out) {
+void fastload_fill_rows(const FillAxis *y, int i, const unsigned char *const *rows,
+                        size_t row_bytes, unsigned char *out) {
     const int16_t *k = y->weights + (size_t)i * (size_t)y->taps;
     int n = y->count[i], t;
     size_t j = 0;

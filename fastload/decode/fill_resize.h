@@ -25,12 +25,13 @@ typedef struct {
 
 /* The axis (with lanes when asked: a columns pass's); 0 when out of memory (nothing to free) or 1
  * (free with fastload_fill_axis_free). */
-int fastload_fill_axis(FillAxis *axis, int in_size, double in0, double in1, int out_size, int lanes);
+int fastload_fill_axis(FillAxis *axis, int in_size, double in0, double in1, int out_size,
+                       int lanes);
 void fastload_fill_axis_free(FillAxis *axis);
 
 /* Output row i of the rows pass: rows[t] is input row y->first[i] + t, each row_bytes long. */
-void fastload_fill_rows(const FillAxis *y, int i, const unsigned char *const *rows, size_t row_bytes,
-                        unsigned char *out);
+void fastload_fill_rows(const FillAxis *y, int i, const unsigned char *const *rows,
+                        size_t row_bytes, unsigned char *out);
 
 /* The columns pass on one RGB row of x->in_size pixels (FILL_READ_PAST bytes readable past it)
  * into out, x->out_size packed RGB pixels. */

@@ -116,6 +116,22 @@ PyObject *fastload_pixel_publish(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* An RGB array of obj (uint8, H x W x 3, sides of 1 to 65535) with flags' layout; 0 with a
+ * ValueError set (naming it `what`) and nothing held, else the caller releases it. */
+static int rgb_buffer(PyObject *obj, Py_buffer *view, int flags, const char *what) {
+    if (PyObject_GetBuffer(obj, view, flags | PyBUF_FORMAT) < 0) {
+        return 0;
+    }
+    if (view->ndim == 3 && view->shape[2] == 3 && view->itemsize == 1 && view->shape[0] >= 1 &&
+        view->shape[1] >= 1 && view->shape[0] <= 0xFFFF && view->shape[1] <= 0xFFFF &&
+        (view->format == NULL || strcmp(view->format, "B") == 0)) {
+        return 1;
+    }
+    PyErr_Format(PyExc_ValueError, "%s must be a uint8 array of shape (H, W, 3)", what);
+    PyBuffer_Release(view);
+    return 0;
+}
+
 const char fastload_decode_stored_into_doc[] =
     "decode_stored_into(data, scale, width, height, out, max_pixels)\n\n"
     "A width x height JPEG decoded whole at 1/scale (1, 2, 4 or 8) and shrunk into ``out`` (a\n"
@@ -131,7 +147,8 @@ PyObject *fastload_decode_stored_into(PyObject *self, PyObject *args) {
     PyObject *out;
     (void)self;
     memset(&req, 0, sizeof req);
-    if (!PyArg_ParseTuple(args, "y*iiiOl", &data, &req.scale, &width, &height, &out, &req.max_pixels)) {
+    if (!PyArg_ParseTuple(args, "y*iiiOl", &data, &req.scale, &width, &height, &out,
+                          &req.max_pixels)) {
         return NULL;
     }
     if (req.scale != 1 && req.scale != 2 && req.scale != 4 && req.scale != 8) {
@@ -139,14 +156,7 @@ PyObject *fastload_decode_stored_into(PyObject *self, PyObject *args) {
         PyBuffer_Release(&data);
         return NULL;
     }
-    if (PyObject_GetBuffer(out, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
-        PyBuffer_Release(&data);
-        return NULL;
-    }
-    if (view.ndim != 3 || view.shape[2] != 3 || view.itemsize != 1 || view.shape[0] < 1 || view.shape[1] < 1 ||
-        view.shape[0] > 0xFFFF || view.shape[1] > 0xFFFF) {
-        PyErr_SetString(PyExc_ValueError, "out must be a C-contiguous writable uint8 array of shape (H, W, 3)");
-        PyBuffer_Release(&view);
+    if (!rgb_buffer(out, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE, "out (C-contiguous)")) {
         PyBuffer_Release(&data);
         return NULL;
     }
@@ -168,55 +178,40 @@ PyObject *fastload_decode_stored_into(PyObject *self, PyObject *args) {
 
 const char fastload_crop_stored_into_doc[] =
     "crop_stored_into(pixels, x0, y0, x1, y1, crop_first, flip, out)\n\n"
-    "The box (x0, y0)-(x1, y1) of ``pixels`` (stored pixels: a C-contiguous uint8 H x W x 3 array)\n"
-    "resized into ``out`` (a writable uint8 H x W x 3 array, any strides) with the fill's resize,\n"
-    "placed as Pillow's resize(box=) places it (cut out first when crop_first and its corners are\n"
-    "whole pixels), mirrored when flip. Only the box's rows and columns are read. The GIL is\n"
-    "released. Raises ValueError for a box outside the image.";
+    "The box (x0, y0)-(x1, y1) of ``pixels`` (stored pixels: a C-contiguous uint8 H x W x 3\n"
+    "array) resized into ``out`` (a writable uint8 H x W x 3 array, any strides) with the fill's\n"
+    "resize, placed as Pillow's resize(box=) places it (cut out first when crop_first and its\n"
+    "corners are whole pixels), mirrored when flip. Only the box's rows and columns are read. The\n"
+    "GIL is released. Raises ValueError for a box outside the image.";
 
 PyObject *fastload_crop_stored_into(PyObject *self, PyObject *args) {
     Py_buffer pixels, view;
     PyObject *source, *out;
     double box[4];
-    int crop_first, flip, ok = 0;
+    int crop_first, flip, width, height, ok = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OddddppO", &source, &box[0], &box[1], &box[2], &box[3], &crop_first, &flip,
-                          &out)) {
+    if (!PyArg_ParseTuple(args, "OddddppO", &source, &box[0], &box[1], &box[2], &box[3],
+                          &crop_first, &flip, &out) ||
+        !rgb_buffer(source, &pixels, PyBUF_C_CONTIGUOUS, "pixels (C-contiguous)")) {
         return NULL;
     }
-    if (PyObject_GetBuffer(source, &pixels, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        return NULL;
-    }
-    if (pixels.ndim != 3 || pixels.shape[2] != 3 || pixels.itemsize != 1 || pixels.shape[0] > 0xFFFF ||
-        pixels.shape[1] > 0xFFFF) {
-        PyBuffer_Release(&pixels);
-        PyErr_SetString(PyExc_ValueError, "pixels must be a C-contiguous uint8 array of shape (H, W, 3)");
-        return NULL;
-    }
-    if (!fastload_clamp_box(box, (int)pixels.shape[1], (int)pixels.shape[0])) {
-        PyErr_Format(PyExc_ValueError, "crop_stored_into: the box is outside the %dx%d image", (int)pixels.shape[1],
-                     (int)pixels.shape[0]);
-        PyBuffer_Release(&pixels);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(out, &view, PyBUF_RECORDS) < 0) {
-        PyBuffer_Release(&pixels);
-        return NULL;
-    }
-    if (view.ndim != 3 || view.shape[2] != 3 || view.itemsize != 1 || view.shape[0] < 1 || view.shape[1] < 1 ||
-        view.shape[0] > 0xFFFF || view.shape[1] > 0xFFFF) {
-        PyErr_SetString(PyExc_ValueError, "out must be a writable uint8 array of shape (H, W, 3)");
-    } else {
-        Target target = {(unsigned char *)view.buf, view.strides[0], view.strides[1], view.strides[2], flip};
+    width = (int)pixels.shape[1];
+    height = (int)pixels.shape[0];
+    if (!fastload_clamp_box(box, width, height)) {
+        PyErr_Format(PyExc_ValueError, "crop_stored_into: the box is outside the %dx%d image",
+                     width, height);
+    } else if (rgb_buffer(out, &view, PyBUF_RECORDS, "out (writable)")) {
+        Target target = {(unsigned char *)view.buf, view.strides[0], view.strides[1],
+                         view.strides[2], flip};
         Py_BEGIN_ALLOW_THREADS
-        ok = fastload_fill_crop((const unsigned char *)pixels.buf, (int)pixels.shape[1], (int)pixels.shape[0], box,
-                                crop_first, (int)view.shape[1], (int)view.shape[0], &target);
+        ok = fastload_fill_crop((const unsigned char *)pixels.buf, width, height, box, crop_first,
+                                (int)view.shape[1], (int)view.shape[0], &target);
         Py_END_ALLOW_THREADS
+        PyBuffer_Release(&view);
         if (!ok) {
             PyErr_NoMemory();
         }
     }
-    PyBuffer_Release(&view);
     PyBuffer_Release(&pixels);
     if (!ok) {
         return NULL;

@@ -14,8 +14,8 @@ PyObject *fastload_pixel_entries(PyObject *self, PyObject *args);
 PyObject *fastload_pixel_publish(PyObject *self, PyObject *args);
 PyObject *fastload_decode_stored_into(PyObject *self, PyObject *args);
 PyObject *fastload_crop_stored_into(PyObject *self, PyObject *args);
-extern const char fastload_pixel_entries_doc[], fastload_pixel_publish_doc[], fastload_decode_stored_into_doc[],
-    fastload_crop_stored_into_doc[];
+extern const char fastload_pixel_entries_doc[], fastload_pixel_publish_doc[];
+extern const char fastload_decode_stored_into_doc[], fastload_crop_stored_into_doc[];
 
 /* The RegionDecodeError (or MemoryError) a failed request stands for; NULL. module.c. */
 PyObject *fastload_request_error(const Request *req);
