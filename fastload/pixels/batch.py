@@ -3,7 +3,8 @@ where the cache has them, decoded whole, stored and cropped where it has room fo
 
 Both ways give the same sample for the same crop plan: the plan is drawn from the image's own
 size (as without a cache), its box is mapped onto the stored pixels, and the crop is resized,
-flipped and written into the batch by the native resampler, which reads only the box's rows.
+flipped and written into the batch by the native code (fill_crop.c), which reads only the box's
+rows and columns. A fill crops the pixels it has just written while they are in cache.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class BatchPixels:
         """Decode the ``k``-th record (``payload``) whole to its stored size, store it, and crop
         ``plan`` from it into ``out``. False, with nothing decoded, when the cache has no room for
         it (the caller decodes the crop as it would without a cache). CorruptRecordError as
-        decode_crop raises it: a damaged record is never stored."""
+        decode_stored raises it: a damaged record is never stored."""
         width, height = image_size
         stored_w, stored_h = stored_size(width, height, self.side)
         size = stored_w * stored_h * 3
