@@ -22,11 +22,6 @@ try:
 except ImportError:  # not built: the pixel cache is off without it (fastload.pixels.cache)
     crop_stored_into = decode_stored_into = None  # type: ignore[assignment]
 
-FILL = ("JPEG: whole at the largest 1/1, 1/2, 1/4 or 1/8 scale that leaves the stored size, then Pillow's "
-        "bilinear filter in 14-bit fixed point, rows first (fill_resize.c); others: Pillow's resize"
-        if REGION_DECODE else "Pillow: whole at the largest 1/1, 1/2, 1/4 or 1/8 JPEG scale, then its resize")
-"""How stored pixels are made here (``FASTLOAD_JPEG_DECODER=pillow`` makes them otherwise); part of the
-pixel cache's key: pixels made another way are another folder's."""
 
 
 def decode_stored(data: bytes, width: int, height: int, out: np.ndarray, *, where: str,
@@ -47,3 +42,12 @@ def decode_stored(data: bytes, width: int, height: int, out: np.ndarray, *, wher
             pass  # Pillow's path says what is wrong with the record, or decodes what libjpeg would not
     return decode_crop(data, CropPlan((0, 0, width, height), (stored_h, stored_w)), out=out, where=where,
                        max_pixels=max_pixels)
+
+
+def fill_method(native: bool = REGION_DECODE) -> str:
+    """How stored pixels are made, natively or (``FASTLOAD_JPEG_DECODER=pillow``) by Pillow alone;
+    part of the pixel cache's key: pixels made another way are another folder's."""
+    if native:
+        return ("JPEG: whole at the largest 1/1, 1/2, 1/4 or 1/8 scale that leaves the stored size, then "
+                "Pillow's bilinear filter in 14-bit fixed point, rows first (fill_resize.c); others: Pillow's")
+    return "Pillow: whole at the largest 1/1, 1/2, 1/4 or 1/8 JPEG scale, then its resize"
