@@ -116,13 +116,7 @@ void fastload_jpeg_fill(Request *req, unsigned char *out, int out_width, int out
         memcpy(req->message, err.message, sizeof req->message);
         goto done;
     }
-    jpeg_create_decompress(&cinfo);
-    jpeg_mem_src(&cinfo, req->data, (unsigned long)req->length);
-    jpeg_read_header(&cinfo, TRUE);
-    req->image_width = cinfo.image_width;
-    req->image_height = cinfo.image_height;
-    if ((double)cinfo.image_width * (double)cinfo.image_height > (double)req->max_pixels) {
-        req->status = 3;
+    if (!fastload_jpeg_header(&cinfo, req)) {
         goto done;
     }
     cinfo.out_color_space = JCS_RGB; /* grey too; CMYK and YCCK raise (Pillow converts them) */
