@@ -1,13 +1,14 @@
 /* Decode stage, native part: the pixel cache's fill, a JPEG decoded whole and shrunk to its stored
  * size on the way out of the decoder.
  *
- * libjpeg hands the image over a row at a time into a ring of as many rows as one output row
- * reads; as soon as the rows under an output row are there, the rows pass makes it (one row
- * of the decoded width) and the columns pass writes it into the output. No whole decoded image
- * is kept: what the resize reads is still in cache when it reads it. At 1/1 (or 1/2, 1/4, 1/8,
- * where the image is large enough) rather than libjpeg's other M/8 scales, whose transforms have
- * no SIMD code and cost more than this resize. Any libjpeg error or warning fails the request,
- * as in jpeg_region.c; the Python side then lets Pillow decide what the record is.
+ * libjpeg hands the image over an iMCU row (16 rows) at a time into a ring of as many rows as
+ * one output row reads and a band more; as soon as the rows under an output row are there, the
+ * rows pass makes it (one row of the decoded width) and the columns pass writes it into the
+ * output. No whole decoded image is kept: what the resize reads is still in cache when it reads
+ * it. At 1/1 (or 1/2, 1/4, 1/8, where the image is large enough) rather than libjpeg's other M/8
+ * scales, whose transforms have no SIMD code and cost more than this resize. Any libjpeg error
+ * or warning fails the request, as in jpeg_region.c; the Python side then lets Pillow decide
+ * what the record is.
  */
 #include "fill_decode.h"
 

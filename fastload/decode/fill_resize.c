@@ -139,9 +139,9 @@ __attribute__((target("avx2"))) static size_t rows_avx2(const int16_t *k, int n,
         return 0;
     }
     for (t = 0; t < n; t += 2) {
+        uint32_t next = t + 1 < n ? (uint16_t)k[t + 1] : 0;
         row[t] = rows[t];
         row[t + 1] = t + 1 < n ? rows[t + 1] : rows[t];
-        uint32_t next = t + 1 < n ? (uint16_t)k[t + 1] : 0;
         pairs[t / 2] = _mm256_set1_epi32((int)((uint16_t)k[t] | next << 16));
     }
     if (n <= 4) { /* the usual shrink (to at most half): two pairs, in registers */

@@ -23,7 +23,6 @@ except ImportError:  # not built: the pixel cache is off without it (fastload.pi
     crop_stored_into = decode_stored_into = None  # type: ignore[assignment]
 
 
-
 def decode_stored(data: bytes, width: int, height: int, out: np.ndarray, *, where: str,
                   max_pixels: int) -> np.ndarray:
     """``data`` (a ``width`` x ``height`` image) decoded whole and shrunk into ``out``, a
