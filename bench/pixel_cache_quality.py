@@ -1,22 +1,28 @@
 """What the pixel cache changes and what a fill costs, for pixel_cache_bench.py: crop differences
 against the JPEG path (validation crops; train crops by crop scale, at several stored sides), and
-where one image's fill time goes (one thread, per image, the steps apart)."""
+where one image's fill time goes (one thread, per image, the steps apart, with the ways not taken:
+writing through a mapping of the data file, and Pillow's resize in place of the fill's)."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 
 import numpy as np
+from fastload.decode._jpeg_region import decode_region
 
 import fastload
-from fastload.decode.crops import decode_crop
+from fastload.decode.crops import decode_crop, draft_scale
+from fastload.decode.stored import decode_stored
 from fastload.decode.transforms import CropPlan, TrainCrop
 from fastload.pixels.batch import _crop_stored
 from fastload.pixels.layout import stored_size
 from fastload.pixels.store import checksum
+from fastload.storage.cache_entry_files import _reserve
 
 SCALE_BINS = (0.08, 0.2, 0.4, 0.6, 0.8, 1.0)
 
@@ -24,7 +30,7 @@ SCALE_BINS = (0.08, 0.2, 0.4, 0.6, 0.8, 1.0)
 def stored(data: bytes, width: int, height: int, side: int) -> np.ndarray:
     """The pixels the cache stores of one record at ``side``."""
     w, h = stored_size(width, height, side)
-    return decode_crop(data, CropPlan((0, 0, width, height), (h, w)))
+    return decode_stored(data, width, height, np.empty((h, w, 3), np.uint8), where="", max_pixels=10**10)
 
 
 def val_difference(path: str, cache: str, count: int) -> dict[str, float]:
@@ -64,51 +70,86 @@ def train_difference(path: str, count: int, sides: tuple[int, ...]) -> dict[str,
 
 
 def fill_parts(path: str, count: int, rounds: int = 3) -> dict[str, float]:
-    """One image's steps, ms of CPU each (median of ``rounds`` passes over ``count`` records, one
-    thread): the JPEG path's crop, and a fill's whole decode + resize to 256, crop from the stored
-    pixels, write and checksum."""
+    """One image's steps, ms of CPU (user + system) each, median of ``rounds`` passes over the JPEGs
+    of the first ``count`` records, one thread: the JPEG path's crop; a fill's whole decode (alone, with a copy out, and
+    with its shrink to 256 px), crop from the stored pixels, write (``pwrite`` into a reserved data
+    file, as the cache writes) and checksum; and two ways not taken: the pixels copied into a shared
+    mapping of the data file instead (decoding straight into it would pay that: page faults), and
+    Pillow's resize (the fill's before 2c608c1) instead of the fill's shrink."""
     ds = fastload.PackedDataset(path)
     rng, geometry = np.random.default_rng(1), TrainCrop(224)
     records = []
     for i in range(count):
         data, width, height = ds.reader.read(i), int(ds.index.width[i]), int(ds.index.height[i])
-        records.append((data, width, height, geometry.sample(width, height, rng)))
+        if data[:3] == b"\xff\xd8\xff":  # decode_region decodes JPEGs alone
+            records.append((data, width, height, geometry.sample(width, height, rng)))
+    count = len(records)
     out = np.empty((3, 224, 224), np.uint8).transpose(1, 2, 0)  # a CHW slot, as in a batch
     kept = [stored(d, w, h, 256) for d, w, h, _ in records]
-    fd, name = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))
+    scratch = np.empty(max(p.nbytes for p in kept), np.uint8)
+    size = sum(-(-p.nbytes // 64) * 64 for p in kept)
+    folder = os.path.dirname(os.path.abspath(path))
 
     def region() -> None:
         for data, _, _, plan in records:
             decode_crop(data, plan, out=out)
 
     def whole() -> None:
-        for data, width, height, _ in records:
-            stored(data, width, height, 256)
+        for (data, width, height, _), pixels in zip(records, kept):
+            scale = draft_scale((0, 0, width, height), pixels.shape[:2])
+            decode_region(data, scale, 0, 0, 1 << 30, 1 << 30, 10**10)
+
+    def shrunk() -> None:
+        for (data, width, height, _), pixels in zip(records, kept):
+            decode_stored(data, width, height, scratch[:pixels.nbytes].reshape(pixels.shape), where="",
+                          max_pixels=10**10)
+
+    def pillow() -> None:
+        for (data, width, height, _), pixels in zip(records, kept):
+            decode_crop(data, CropPlan((0, 0, width, height), pixels.shape[:2]),
+                        out=scratch[:pixels.nbytes].reshape(pixels.shape))
 
     def crop() -> None:
         for pixels, (_, width, height, plan) in zip(kept, records):
             _crop_stored(pixels, plan, width, height, out)
 
-    def write() -> None:
-        offset = 0
-        for pixels in kept:
-            offset += os.pwrite(fd, pixels, offset)
-        os.ftruncate(fd, 0)
+    def write(mapped: bool) -> float:
+        """CPU seconds of the writes alone (the file made and reserved first, as the cache's is)."""
+        fd, name = tempfile.mkstemp(dir=folder)
+        try:
+            os.ftruncate(fd, size)
+            _reserve(fd, size, emulated=False)
+            with mmap.mmap(fd, size) as view:
+                target, offset = np.frombuffer(view, np.uint8), 0
+                started = time.process_time()
+                for pixels in kept:
+                    if mapped:
+                        target[offset:offset + pixels.nbytes] = pixels.reshape(-1)
+                    else:
+                        os.pwrite(fd, pixels, offset)
+                    offset += -(-pixels.nbytes // 64) * 64
+                used = time.process_time() - started
+                del target
+        finally:
+            os.close(fd)
+            os.unlink(name)
+        return used
 
     def check() -> None:
         for pixels in kept:
             checksum(pixels)
 
-    steps = {"jpeg_path_crop": region, "fill_whole_decode_and_resize": whole, "fill_crop_from_stored": crop,
-             "fill_write": write, "fill_checksum": check}
+    steps: dict[str, Callable[[], float | None]] = {"jpeg_path_crop": region, "fill_whole_decode_alone": whole, "fill_decode_and_shrink": shrunk,
+             "fill_crop_from_stored": crop, "fill_write": lambda: write(False), "fill_checksum": check,
+             "not_taken_write_through_a_mapping": lambda: write(True),
+             "not_taken_decode_and_pillow_resize": pillow}
     times: dict[str, list[float]] = {k: [] for k in steps}
-    try:
-        for _ in range(rounds):
-            for name_, step in steps.items():
-                used = time.process_time()
-                step()
-                times[name_].append((time.process_time() - used) / count * 1e3)
-    finally:
-        os.close(fd)
-        os.unlink(name)
-    return {k: statistics.median(v) for k, v in times.items()}
+    for _ in range(rounds):
+        for name_, step in steps.items():
+            started = time.process_time()
+            used = step()  # the writes time themselves
+            times[name_].append((time.process_time() - started if used is None else used) / count * 1e3)
+    parts = {k: statistics.median(v) for k, v in times.items()}
+    parts["fill_total"] = sum(parts[k] for k in ("fill_decode_and_shrink", "fill_crop_from_stored", "fill_write",
+                                                 "fill_checksum"))
+    return parts

@@ -2,7 +2,8 @@
 #ifndef FASTLOAD_CPU_FEATURES_H
 #define FASTLOAD_CPU_FEATURES_H
 
-#if defined(__x86_64__) && defined(__GNUC__)
+/* Built with -DFASTLOAD_NO_SIMD, the plain C alone (tests compare the two). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(FASTLOAD_NO_SIMD)
 #include <immintrin.h>
 #define X86_FAST_PATHS 1
 

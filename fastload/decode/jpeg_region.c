@@ -23,6 +23,19 @@
  * identical to a full decode's. */
 #define MARGIN 16
 
+int fastload_jpeg_header(struct jpeg_decompress_struct *cinfo, Request *req) {
+    jpeg_create_decompress(cinfo);
+    jpeg_mem_src(cinfo, req->data, (unsigned long)req->length);
+    jpeg_read_header(cinfo, TRUE);
+    req->image_width = cinfo->image_width;
+    req->image_height = cinfo->image_height;
+    if ((double)cinfo->image_width * (double)cinfo->image_height > (double)req->max_pixels) {
+        req->status = 3;
+        return 0;
+    }
+    return 1;
+}
+
 static void decode(Request *req) {
     struct jpeg_decompress_struct cinfo;
     ErrorManager err;
@@ -37,13 +50,7 @@ static void decode(Request *req) {
         req->pixels = NULL;
         goto done;
     }
-    jpeg_create_decompress(&cinfo);
-    jpeg_mem_src(&cinfo, req->data, (unsigned long)req->length);
-    jpeg_read_header(&cinfo, TRUE);
-    req->image_width = cinfo.image_width;
-    req->image_height = cinfo.image_height;
-    if ((double)cinfo.image_width * (double)cinfo.image_height > (double)req->max_pixels) {
-        req->status = 3;
+    if (!fastload_jpeg_header(&cinfo, req)) {
         goto done;
     }
     /* Grey stays grey when asked (the resize writes it to all three channels); CMYK/YCCK raise
@@ -108,12 +115,7 @@ static void measure(Request *req) {
         jpeg_destroy_decompress(&cinfo);
         return;
     }
-    jpeg_create_decompress(&cinfo);
-    jpeg_mem_src(&cinfo, req->data, (unsigned long)req->length);
-    jpeg_read_header(&cinfo, TRUE);
-    if ((double)cinfo.image_width * (double)cinfo.image_height > (double)req->max_pixels) {
-        req->status = 3;
-    }
+    fastload_jpeg_header(&cinfo, req); /* over the limit: status 3, and the size still measured */
     cinfo.scale_num = 1;
     cinfo.scale_denom = (unsigned int)req->scale;
     jpeg_calc_output_dimensions(&cinfo);

@@ -26,6 +26,11 @@ typedef struct {
                  * 5 box past the image's edge */
 } Request;
 
+/* Start reading req's JPEG into cinfo (created, its header read; libjpeg's errors jump to the
+ * caller's setjmp) and note its size in req; 0, with req->status 3, when it is over the pixel
+ * limit. */
+int fastload_jpeg_header(struct jpeg_decompress_struct *cinfo, Request *req);
+
 /* Decode the box [left, right) x [top, bottom) of req's JPEG at 1/scale (the box in scaled
  * pixels, clamped to the image). With cut, from the box's restart intervals alone when the JPEG
  * has intervals that tile its rows, else from the whole file. Sets req->status; when 0, pixels

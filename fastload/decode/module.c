@@ -20,8 +20,8 @@
 
 static PyObject *RegionDecodeError;
 
-/* Raise the error a failed request stands for; NULL. */
-static PyObject *request_error(const Request *req) {
+/* Raise the error a failed request stands for; NULL (pixel_native.h: the fill's requests too). */
+PyObject *fastload_request_error(const Request *req) {
     switch (req->status) {
     case 2:
         PyErr_Format(RegionDecodeError, "box %d,%d-%d,%d at 1/%d scale is outside the %ux%u image",
@@ -82,7 +82,7 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
     if (req.status != 0) {
-        return request_error(&req);
+        return fastload_request_error(&req);
     }
     {
         int width = req.right - req.left, height = req.bottom - req.top, y;
@@ -164,7 +164,7 @@ static PyObject *decode_crop_into(PyObject *self, PyObject *args) {
     PyBuffer_Release(&view);
     PyBuffer_Release(&data);
     if (req.status != 0) {
-        return request_error(&req);
+        return fastload_request_error(&req);
     }
     Py_RETURN_NONE;
 }

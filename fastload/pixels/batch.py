@@ -3,7 +3,8 @@ where the cache has them, decoded whole, stored and cropped where it has room fo
 
 Both ways give the same sample for the same crop plan: the plan is drawn from the image's own
 size (as without a cache), its box is mapped onto the stored pixels, and the crop is resized,
-flipped and written into the batch by the native resampler, which reads only the box's rows.
+flipped and written into the batch by the native code (fill_crop.c), which reads only the box's
+rows and columns. A fill crops the pixels it has just written while they are in cache.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fastload.decode.crops import decode_crop, resize_into
+from fastload.decode.stored import crop_stored_into, decode_stored
 from fastload.decode.transforms import CropPlan
 from fastload.pixels.layout import MAX_SIDE, stored_size
 from fastload.pixels.store import PixelStore
@@ -65,7 +66,7 @@ class BatchPixels:
         """Decode the ``k``-th record (``payload``) whole to its stored size, store it, and crop
         ``plan`` from it into ``out``. False, with nothing decoded, when the cache has no room for
         it (the caller decodes the crop as it would without a cache). CorruptRecordError as
-        decode_crop raises it: a damaged record is never stored."""
+        decode_stored raises it: a damaged record is never stored."""
         width, height = image_size
         stored_w, stored_h = stored_size(width, height, self.side)
         size = stored_w * stored_h * 3
@@ -75,9 +76,7 @@ class BatchPixels:
             return False
         pixels = _scratch(size).reshape(stored_h, stored_w, 3)
         try:
-            # The whole image at the largest JPEG reduction that leaves the stored size, resized to it.
-            decode_crop(payload, CropPlan((0, 0, width, height), (stored_h, stored_w)), out=pixels,
-                        where=where, max_pixels=max_pixels)
+            decode_stored(payload, width, height, pixels, where=where, max_pixels=max_pixels)
         except BaseException:
             self.store.give_back(offset, size)
             raise
@@ -116,4 +115,4 @@ def _crop_stored(pixels: np.ndarray, plan: CropPlan, width: int, height: int, ou
     # Multiplied first: a box edge on the image's edge lands exactly on the stored pixels' edge.
     box = (left * stored_w / width, top * stored_h / height,
            (left + box_w) * stored_w / width, (top + box_h) * stored_h / height)
-    resize_into(pixels, *box, plan.crop_first, plan.flip, out)
+    crop_stored_into(pixels, *box, plan.crop_first, plan.flip, out)

@@ -5,8 +5,9 @@ limit that lets the image be decoded at all, and the decoder that made them. The
 the dataset's version as its manifest describes it (record count, version, every shard's name,
 counts, size and digest of its records' checksums: an ``--append`` or an ``--overwrite`` with other
 files changes it, an identical re-pack does not, and its pixels are then the same), the stored
-side, ``max_pixels``, the layout's version and the JPEG library. Another key is another folder:
-old pixels are never read for new records.
+side, ``max_pixels``, the layout's version, how the pixels are made (the fill's arithmetic, or
+Pillow's) and the JPEG library. Another key is another folder: old pixels are never read for new
+records, nor pixels made another way.
 """
 
 from __future__ import annotations
@@ -16,11 +17,9 @@ from typing import Any
 
 import xxhash
 
+from fastload.decode.stored import fill_method
 from fastload.format import Manifest
 from fastload.pixels.layout import PIXEL_FORMAT
-
-FILL = "whole image at the least M/8 JPEG scale that leaves the stored size, then Pillow's bilinear"
-"""How stored pixels are made (fastload.decode.crops.decode_resized); part of the key."""
 
 
 def dataset_version(manifest: Manifest) -> str:
@@ -42,7 +41,7 @@ def decoder_version() -> int:
 def pixel_key(manifest: Manifest, side: int, max_pixels: int) -> dict[str, Any]:
     """The key of one dataset version's pixels stored at ``side`` (written into its meta.json)."""
     return {"format": PIXEL_FORMAT, "dataset": dataset_version(manifest), "side": side,
-            "max_pixels": max_pixels, "fill": FILL, "libjpeg": decoder_version()}
+            "max_pixels": max_pixels, "fill": fill_method(), "libjpeg": decoder_version()}
 
 
 def folder_name(key: dict[str, Any]) -> str:

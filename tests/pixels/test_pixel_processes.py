@@ -16,8 +16,7 @@ import pytest
 import xxhash
 
 import fastload
-from fastload.decode.crops import decode_crop
-from fastload.decode.transforms import CropPlan
+from fastload.decode.stored import decode_stored
 from fastload.pixels.layout import stored_size
 from tests.conftest import REPO, write_tree
 from tests.pixels.conftest import RECORDS, photo_files
@@ -78,7 +77,8 @@ def test_sigkill_while_filling_leaves_no_torn_image(numbered, reference, tmp_pat
     for k in held:  # every entry published points at whole pixels: the ones a clean fill stores
         width, height = int(ds.index.width[k]), int(ds.index.height[k])
         want_w, want_h = stored_size(width, height, ds.pixel_cache.side)
-        want = decode_crop(ds.reader.read(int(k)), CropPlan((0, 0, width, height), (want_h, want_w)))
+        want = decode_stored(ds.reader.read(int(k)), width, height, np.empty((want_h, want_w, 3), np.uint8),
+                             where="", max_pixels=ds.max_pixels)
         assert np.array_equal(ds.pixel_cache.store.pixels(entries, int(k)), want)
     loader = fastload.DataLoader(ds, batch_size=BATCH, seed=SEED)
     assert [digests(loader) for _ in range(2)] == reference

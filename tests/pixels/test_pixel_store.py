@@ -1,5 +1,5 @@
-"""The pixel cache's folder (issue 45): never stale (another dataset version, side or pixel limit
-is another folder), never torn (entries of an earlier boot are checked against their checksum, a
+"""The pixel cache's folder (issue 45): never stale (another dataset version, side, pixel limit or
+way of making the pixels is another folder), never torn (entries of an earlier boot are checked against their checksum, a
 damaged entry is a miss), bounded (idle folders of other keys make room, never one in use), and
 fail-soft (a read-only folder still serves what it holds; a full disk warns once)."""
 
@@ -18,7 +18,9 @@ import torch
 
 from fastload import CacheWarning, PackedDataset
 from fastload.converters import pack
+from fastload.decode.stored import fill_method
 from fastload.pixels import handles as handles_module
+from fastload.pixels import key
 from fastload.pixels.layout import HEADER_BYTES, H_GENERATION, SEGMENT_BYTES, index_bytes
 from tests.conftest import make_jpeg, write_tree
 from tests.pixels.conftest import RECORDS, photo_files
@@ -60,6 +62,14 @@ def test_another_version_side_or_pixel_limit_gets_other_entries(photos, tmp_path
     want = PackedDataset(copy, image_size=SIZE, train=False).__getitems__(KEYS).images
     assert (got.images.int() - want.int()).abs().float().mean() < 1.5  # the new images, not the old
     assert len(folders(cache)) == 5
+
+
+def test_pixels_made_another_way_are_another_folders(photos, tmp_path, monkeypatch):
+    """The fill's arithmetic is part of the key: a process that makes pixels with Pillow alone
+    (FASTLOAD_JPEG_DECODER=pillow) never reads, nor is read by, the native fill's folder."""
+    native = cached(photos, tmp_path).pixel_cache.name
+    monkeypatch.setattr(key, "fill_method", lambda: fill_method(native=False))
+    assert cached(photos, tmp_path).pixel_cache.name != native
 
 
 def corrupt_stored(ds: PackedDataset, record: int) -> None:
