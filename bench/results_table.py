@@ -133,9 +133,16 @@ def _ray_task_cost(data: dict[str, Any]) -> str:
 
 def _ray_decode(data: dict[str, Any]) -> str:
     ray, threads = data["medians"]["ray"], data["medians"]["threads"]
+    raylet = ray.get("head_raylet_cpu_ms_per_sample")
+    machine = data.get("ray_over_threads_machine_cpu_per_sample")
+    if machine is None and raylet is not None:  # runs before the threads row's raylet was measured
+        machine = (ray["cpu_ms_per_sample"] + raylet) / threads["cpu_ms_per_sample"]
+    with_raylet = "" if machine is None else (
+        f"; with the head raylet that pulls the batches ({raylet:.3f} ms), {_x(machine)}"
+        + (": over the target" if machine > data.get("target_ray_over_threads_cpu_per_sample", 0.15) else ""))
     return (f"the training process's CPU per sample: ray {ray['cpu_ms_per_sample']:.2f} ms, threads "
             f"{threads['cpu_ms_per_sample']:.2f} ms ({_x(data['ray_over_threads_cpu_per_sample'])}, target "
-            f"≤ 0.15×); ray {_rate(ray['samples_per_s'])}, threads {_rate(threads['samples_per_s'])}")
+            f"≤ 0.15×){with_raylet}; ray {_rate(ray['samples_per_s'])}, threads {_rate(threads['samples_per_s'])}")
 
 
 def _ray_elastic(data: dict[str, Any]) -> str:
