@@ -54,9 +54,14 @@ demo-next:
 	@echo "Or without activating: $(VENV)/bin/fastload info $(DEMO)/images.fl"
 	@echo "Then the Python quick start in README.md, run with python from the activated venv."
 
-# The whole suite but the long reliability tests: ~10-15 min on a quiet 2-core machine (what CI runs).
+# The whole suite but the long reliability tests (what CI runs), in two processes: many tests wait
+# on servers, clusters, subprocesses or deadlines rather than a core, and test modules share their
+# servers and data, so each module runs whole in one process (--dist loadfile). TEST_PROCESSES=1:
+# one process, as before (~16 min on a quiet 2-core machine against ~12).
+TEST_PROCESSES ?= 2
+XDIST = $(if $(filter 1,$(TEST_PROCESSES)),,-n $(TEST_PROCESSES) --dist loadfile)
 test: $(VENV)/.installed-dev
-	$(PY) -m pytest -q -m "not reliability"
+	$(PY) -m pytest -q -m "not reliability" $(XDIST)
 
 # About 4 minutes while you work: the suite less the tests that start servers, clusters, DDP ranks or
 # timed benchmark runs, and less the docs build. `make test` before you commit.
@@ -66,7 +71,7 @@ test-quick: $(VENV)/.installed-dev
 	$(PY) -m pytest -q -m "not reliability and not slow" $(addprefix --ignore=,$(QUICK_SKIP))
 
 test-all: $(VENV)/.installed-dev
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
 
 clean:
 	rm -rf $(VENV) $(DEMO)
