@@ -114,10 +114,17 @@ def resolve_settings(dataset: Dataset, *, batch_size: int | None, num_workers: i
         prefetch = prefetch_factor  # type: ignore[assignment]
         reasons["prefetch_factor"] = "given"
     if pin_memory == "auto":
-        wants_cuda = device is None or device.type == "cuda"
+        # Batches bound for the GPU: fastload's device=, or the built-in pipeline's images. A
+        # Dataset of your own without device= gets torch's default, False, as torch's loader would.
+        wants_cuda = device.type == "cuda" if device is not None else uses_builtin_pipeline(dataset)
         pin = cuda and wants_cuda
-        reasons["pin_memory"] = ("True: CUDA is available; pinned pages copy to the GPU asynchronously"
-                                 if pin else "False: no CUDA device to copy to")
+        if pin:
+            reasons["pin_memory"] = "True: CUDA is available; pinned pages copy to the GPU asynchronously"
+        elif cuda and device is None:
+            reasons["pin_memory"] = ("False: torch's default for a Dataset of your own; pass pin_memory=True "
+                                     "or device='cuda' to pin its batches")
+        else:
+            reasons["pin_memory"] = "False: no CUDA device to copy to"
     else:
         pin = bool(pin_memory)
         reasons["pin_memory"] = "given"

@@ -87,6 +87,25 @@ def test_pin_memory_is_off_without_cuda(id_packed):
             assert "no CUDA" in settings.reasons["pin_memory"]
 
 
+def test_on_a_cuda_machine_auto_pins_what_is_bound_for_the_gpu(id_packed, monkeypatch):
+    """torch's default is pin_memory=False: a Dataset of your own keeps it (torch's own test
+    test_pin_memory_with_only_device asserts a batch is not pinned with pin_memory_device alone);
+    the built-in pipeline's images and anything given device='cuda' are pinned. Decided from
+    torch.cuda.is_available() alone, so that is all this test sets."""
+    from fastload.loading.settings import resolve_settings
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    packed = fastload.PackedDataset(id_packed("lmdb"), image_size=32, train=True)
+    cases = [(Numbers(), None, False), (Numbers(), "cuda", True), (Numbers(), "cpu", False),
+             (packed, None, True), (packed, "cpu", False)]
+    for dataset, device, want in cases:
+        settings = resolve_settings(dataset, batch_size=4, num_workers="auto", prefetch_factor="auto",
+                                    pin_memory="auto", device=None if device is None else torch.device(device))
+        assert settings.pin_memory is want, (type(dataset).__name__, device)
+    assert "torch's default" in resolve_settings(Numbers(), batch_size=4, num_workers="auto", prefetch_factor="auto",
+                                                 pin_memory="auto", device=None).reasons["pin_memory"]
+
+
 def _outcome(make) -> tuple[str, str]:
     try:
         make()
