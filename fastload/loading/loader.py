@@ -19,6 +19,7 @@ from fastload.loading.loader_arguments import (
     image_place,
     packed_subset,
     rebuilt_arguments,
+    remember_made,
     wants_epoch_sampler,
 )
 from fastload.loading.prefetch import ThreadPrefetcher
@@ -127,6 +128,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
         self._layout = (ImageLayout(dtype, memory_format, image_place(dataset), normalised=mean is not None)
                         if dtype is not None or memory_format != torch.contiguous_format else None)
         self._device = resolve_device(device)
+        given_samplers = sampler, batch_sampler
         batch_size, shuffle, sampler, batch_sampler = rebuilt_arguments(
             dataset, batch_size, shuffle, sampler, batch_sampler, drop_last)
         if sampler is None and batch_sampler is None and wants_epoch_sampler(dataset, distributed):
@@ -145,6 +147,7 @@ class DataLoader(torch.utils.data.DataLoader[T_co]):
                          multiprocessing_context, generator, prefetch_factor=self.settings.prefetch_factor,
                          persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
                          in_order=in_order)
+        remember_made(self, *given_samplers)
         # A tail of our own replaces torch's iterator; the sampler, len() and state stay the loader's.
         self.ray_address, self.ray_min_workers = ray_address, ray_min_workers
         self.ray_local_workers = ray_local_workers

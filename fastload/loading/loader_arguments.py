@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch.distributed as dist
@@ -67,6 +68,19 @@ def image_place(dataset: Any) -> int:
     return fields.index("image")
 
 
+_MADE_BY_A_LOADER: weakref.WeakSet[Any] = weakref.WeakSet()
+"""The samplers and batch samplers fastload's loaders (and torch's code under them) made, not
+their users: only these are recognised when passed back."""
+
+
+def remember_made(loader: Any, sampler: Any, batch_sampler: Any) -> None:
+    """Note ``loader``'s sampler and batch sampler where they are not the ``sampler`` and
+    ``batch_sampler`` its user gave (torch's BatchSampler, the sampler ``shuffle`` chose, ours)."""
+    for made, given in ((loader.sampler, sampler), (loader.batch_sampler, batch_sampler)):
+        if made is not None and made is not given:
+            _MADE_BY_A_LOADER.add(made)
+
+
 def rebuilt_arguments(dataset: Any, batch_size: int | None, shuffle: bool | None, sampler: Any,
                        batch_sampler: Any, drop_last: bool) -> tuple[int | None, bool | None, Any, Any]:
     """The arguments that made a loader's attributes, when a framework (Lightning) passes them back.
@@ -74,18 +88,20 @@ def rebuilt_arguments(dataset: Any, batch_size: int | None, shuffle: bool | None
     A constructed loader holds both the arguments and what torch made of them: the BatchSampler
     over its sampler, the sampler that ``shuffle`` chose, ``batch_size=None`` next to a custom
     batch_sampler. Passed back as they are, torch would refuse them as mutually exclusive; they
-    are recognised here and mapped back. Any other combination goes to torch, which judges it.
+    are recognised here (objects a loader made, :func:`remember_made`) and mapped back. Any other
+    combination, a user's own sampler objects included, goes to torch, which judges it.
     """
     data = torch.utils.data
-    if (type(batch_sampler) is data.BatchSampler and batch_sampler.batch_size == batch_size
-            and batch_sampler.drop_last == drop_last
+    made = _MADE_BY_A_LOADER
+    if (batch_sampler in made and type(batch_sampler) is data.BatchSampler
+            and batch_sampler.batch_size == batch_size and batch_sampler.drop_last == drop_last
             and (sampler is None or sampler is batch_sampler.sampler)):
         sampler, batch_sampler = batch_sampler.sampler, None  # the BatchSampler torch made
     elif (batch_sampler is not None and batch_size is None and not drop_last and not shuffle
-          and type(sampler) is data.SequentialSampler and sampler.data_source is dataset):
+          and sampler in made and type(sampler) is data.SequentialSampler and sampler.data_source is dataset):
         sampler, batch_size = None, 1  # what torch made next to a custom batch_sampler
-    if shuffle and (isinstance(sampler, EpochSampler)
-                    or (type(sampler) is data.RandomSampler and sampler.data_source is dataset)):
+    if shuffle and sampler in made and (isinstance(sampler, EpochSampler)
+                                        or (type(sampler) is data.RandomSampler and sampler.data_source is dataset)):
         shuffle = None  # the sampler shuffle=True made (or ours, which shuffles by itself)
     return batch_size, shuffle, sampler, batch_sampler
 

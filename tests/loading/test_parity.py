@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 from torch.utils.data import DataLoader as TorchLoader
 
 import fastload
@@ -183,6 +184,31 @@ def test_invalid_arguments_are_refused_like_torch(kwargs, message):
     with pytest.raises(ValueError) as ours:
         fastload.DataLoader(Numbers(N), **kwargs)
     assert message in str(theirs.value) and message in str(ours.value)
+
+
+@pytest.mark.parametrize("shape", ["batch sampler over a sampler", "shuffle and a sampler",
+                                   "a sampler beside a batch_sampler"])
+def test_a_users_own_samplers_in_a_rebuilt_loaders_shapes_are_refused_like_torch(shape):
+    """A loader rebuilt from its attributes (test_rebuild.py) passes back what torch made in
+    shapes torch refuses, and fastload maps those back; the same shapes made of a user's own
+    objects are the user's, and torch's refusal stands."""
+    ds = Numbers(N)
+    kwargs = {"batch sampler over a sampler": {"batch_size": 3, "batch_sampler": BatchSampler(SequentialSampler(ds), 3, False)},
+              "shuffle and a sampler": {"shuffle": True, "sampler": RandomSampler(ds)},
+              "a sampler beside a batch_sampler": {"batch_size": None, "sampler": SequentialSampler(ds),
+                                                   "batch_sampler": [[0, 1], [2]]}}[shape]
+    with pytest.raises(ValueError) as theirs:
+        TorchLoader(ds, **kwargs)
+    with pytest.raises(ValueError) as ours:
+        fastload.DataLoader(ds, **kwargs)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_a_users_batch_sampler_is_kept_as_torch_keeps_it():
+    batches = BatchSampler(SequentialSampler(range(N)), 1, False)
+    ours, theirs = fastload.DataLoader(Numbers(N), batch_sampler=batches), TorchLoader(Numbers(N), batch_sampler=batches)
+    assert (ours.batch_size, ours.batch_sampler) == (theirs.batch_size, theirs.batch_sampler) == (None, batches)
+    assert epoch(ours) == epoch(theirs)
 
 
 # --- a PackedDataset with explicit torch arguments -------------------------------------------------
