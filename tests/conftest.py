@@ -11,6 +11,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,11 @@ REPO = Path(__file__).resolve().parent.parent
 settings.register_profile("fastload", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("fastload")
 NOBODY = 65534
+
+# A suite started in the background by a script (`make test &`, nohup) inherits Ctrl-C ignored,
+# and so would every process it starts: the Ctrl-C tests need Python's own handler, as a terminal gives.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # --- images: smooth gradients and a few shapes (decode like photos, unlike noise) ----------------

@@ -15,6 +15,7 @@ The rules, each in one place here:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -73,6 +74,8 @@ def inspect_out(out: Path) -> OutFolder:
             raise PackError(f"{out}: exists and holds other files ({foreign[0]}, ...); "
                             "pack into a new or empty folder")
         if names and _owner(out) is None and _owner(out, STAGING_MARKER_NAME) is None:
+            if _owner_being_written(out, names):
+                return OutFolder(out, "new")  # prepare_out writes the owner file whole
             raise PackError(f"{out}: holds files named like a pack's ({names[0]}, ...) but not the "
                             f"{PACK_STATE_DIR}/{PACK_OWNER_NAME} every fastload pack writes first, so they are not "
                             "taken for an unfinished pack; pack into a new or empty folder, or remove them "
@@ -119,8 +122,21 @@ def _owner(folder: Path, name: str = f"{PACK_STATE_DIR}/{PACK_OWNER_NAME}") -> d
     return found if isinstance(found, dict) and found.get("made_by") == _MADE_BY else None
 
 
+def _owner_being_written(out: Path, names: list[str]) -> bool:
+    """Whether OUT holds nothing but the pack's state folder with, at most, its owner file being
+    written: what a pack (or a Ray task's part) killed between the two leaves, no data of anyone's."""
+    return set(names) - {PACK_LOCK_NAME} == {PACK_STATE_DIR} and set(_listdir(out / PACK_STATE_DIR)) <= {
+        PACK_OWNER_NAME, PACK_OWNER_NAME + ".tmp"}
+
+
 def _write_owner(path: Path, **facts: object) -> None:
-    write_new(path, json.dumps({"made_by": _MADE_BY, "pid": os.getpid(), **facts}).encode())
+    """Write an owner file whole or not at all (a temporary file renamed over ``path``; a link
+    there is replaced, not followed): a kill mid-write leaves no half file to be refused later."""
+    temporary = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temporary)  # a killed write's
+    write_new(temporary, json.dumps({"made_by": _MADE_BY, "pid": os.getpid(), **facts}).encode())
+    os.rename(temporary, path)
 
 
 def _listdir(path: Path) -> list[str]:

@@ -101,7 +101,10 @@ def test_a_node_lost_with_all_its_actors_loses_no_sample(cluster: Any, packed: P
         # Every sample once, in the sampler's order: no batch was sent to a dead neighbour of a lost
         # actor until it failed 3 times, nor counted against a batch it held.
         assert got == want[epoch]
-        assert pool.replaced - replaced == 3 and not set(pool.nodes.values()) & {node.node_id}
+        # A crashed node is known dead only after Ray's missed heartbeats: a replacement placed on it
+        # before then is lost and replaced in turn (seen beside CPU hogs), and no sample with it.
+        assert (pool.replaced - replaced == 3 if graceful else pool.replaced - replaced >= 3)
+        assert not set(pool.nodes.values()) & {node.node_id}
         remote._tail.close()  # the next round's actors start on its node
 
 

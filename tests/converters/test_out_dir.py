@@ -71,6 +71,22 @@ def test_a_folder_fastload_did_not_make_is_never_resumed_into(tmp_path, src, fil
     assert tree(mine) == before
 
 
+@pytest.mark.parametrize("files", [{".pack/": None}, {".pack/owner.json": b""}, {".pack/owner.json": b'{"made_by'},
+                                   {".pack/owner.json.tmp": b'{"made'}])
+def test_a_pack_killed_before_its_owner_file_was_whole_packs_there_again(tmp_path, src, files):
+    """Killed between making .pack and writing its owner file (a node lost under a Ray task's part
+    did it): nothing but that is in OUT, so a new pack takes the folder instead of refusing it."""
+    out = tmp_path / "out"
+    for name, data in files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        if data is None:
+            (out / name).mkdir()
+        else:
+            (out / name).write_bytes(data)
+    pack(src, out, progress=False)
+    assert verify(out).ok and len(PackedDataset(out)) == 7
+
+
 def test_a_pack_folder_holding_a_file_of_the_users_in_its_journal_is_refused(tmp_path, src):
     out = tmp_path / "out"
     prepare_out(out)
