@@ -17,7 +17,7 @@ PyObject *fastload_crop_stored_into(PyObject *self, PyObject *args);
 extern const char fastload_pixel_entries_doc[], fastload_pixel_publish_doc[];
 extern const char fastload_decode_stored_into_doc[], fastload_crop_stored_into_doc[];
 
-/* The RegionDecodeError (or MemoryError) a failed request stands for; NULL. module.c. */
+/* The RegionDecodeError (or MemoryError) a failed request stands for; NULL. region_native.c. */
 PyObject *fastload_request_error(const Request *req);
 
 #define FASTLOAD_PIXEL_METHODS                                                                  \
