@@ -1,12 +1,13 @@
 /* The native module fastload.decode._jpeg_region: its functions registered, from the files that
  * wrap each part for Python (region_native.c: the JPEG path's crops, resizes and restart markers;
- * pixel_native.c: the pixel cache's index, fill and crops; mask_rows.c,
+ * pixel_native.c and fill_native.c: the pixel cache's index, fill and crops; mask_rows.c,
  * crop_taps.c: a stored mask's cut, the GPU tails' resample taps), and RegionDecodeError, which a
  * failed request raises and the Python side answers by decoding with Pillow. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include "crop_taps.h"
+#include "fill_native.h"
 #include "mask_rows.h"
 #include "pixel_native.h"
 #include "region_native.h"
@@ -16,6 +17,7 @@ static PyMethodDef methods[] = {
     {"mask_rows_into", fastload_mask_rows_into, METH_VARARGS, fastload_mask_rows_into_doc},
     {"crop_taps", fastload_crop_taps, METH_VARARGS, fastload_crop_taps_doc},
     FASTLOAD_PIXEL_METHODS
+    FASTLOAD_FILL_METHODS
     {NULL, NULL, 0, NULL},
 };
 

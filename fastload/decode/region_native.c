@@ -33,6 +33,10 @@ PyObject *fastload_request_error(const Request *req) {
         PyErr_Format(fastload_region_error, "the box reaches past the %ux%u image at 1/%d scale",
                      (unsigned)req->image_width, (unsigned)req->image_height, req->scale);
         break;
+    case 6:
+        PyErr_SetString(fastload_region_error,
+                        "not a YCbCr or grey JPEG (CMYK, YCCK, RGB): the fill does not read its planes");
+        break;
     default:
         PyErr_Format(fastload_region_error, "libjpeg: %s", req->message);
     }
