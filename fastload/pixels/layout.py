@@ -6,8 +6,8 @@ the key, :mod:`fastload.pixels.key`)::
 
     meta.json       {"format", "key", "records", "dataset"}; its mtime is the folder's last use
     index           HEADER_BYTES of header words, then ENTRY_WORDS uint64 words per record
-    data-00000 ...  decoded pixels, SEGMENT_BYTES a file (sparse past what is reserved), records
-                    packed in turn, none across two files
+    data-00000 ...  each record's planes (below), SEGMENT_BYTES a file (sparse past what is
+                    reserved), records packed in turn, none across two files
 
 A record's pixels are planes, what a JPEG holds (JFIF's YCbCr: full range, BT.601 weights), each
 plane's rows packed one after the other: Y at the stored ``width`` x ``height``, then Cb, then Cr,
@@ -129,7 +129,7 @@ class Entries:
 
 def folder_bytes(widths: np.ndarray, heights: np.ndarray, side: int) -> int:
     """Bytes a folder takes once every image of these sizes is stored at ``side`` (its index and
-    pixels; an image of unknown size, -1, counted as the mean of the others)."""
+    planes; an image of unknown size, -1, counted as the mean of the others)."""
     widths, heights = np.asarray(widths, dtype=np.int64), np.asarray(heights, dtype=np.int64)
     known = (widths > 0) & (heights > 0)
     short, long = np.minimum(widths, heights)[known], np.maximum(widths, heights)[known]

@@ -116,10 +116,9 @@ def fancy(c: np.ndarray, width: int, height: int) -> np.ndarray:
 
 
 def raw_planes(data: bytes, scale: int, ratio: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """The planes libjpeg decodes at 1/scale: Y (Pillow's, decoded without colour conversion),
-    and chroma a decoded sample per ``ratio`` luma pixels each way: Pillow's when 1; when 2 (4:2:0
-    at 1/1), the fill's own at the decoded size, an identity resize, checked against Pillow's
-    upsampled chroma through libjpeg's upsampling (applied by libjpeg to more than two columns)."""
+    """The planes libjpeg decodes at 1/scale: Y (Pillow's, without colour conversion); chroma, a
+    sample per ``ratio`` luma pixels each way, Pillow's when 1; when 2 (4:2:0 at 1/1) the fill's at
+    the decoded size (an identity resize), checked through libjpeg's upsampling against Pillow's."""
     img = Image.open(io.BytesIO(data))
     img.draft("L" if img.mode == "L" else "YCbCr", (img.width // scale, img.height // scale))
     ycc = np.asarray(img)
