@@ -136,6 +136,6 @@ def folder_bytes(widths: np.ndarray, heights: np.ndarray, side: int) -> int:
     scaled = short > side
     long = np.where(scaled, (side * long / np.maximum(short, 1)).astype(np.int64), long)
     short = np.where(scaled, side, short)
-    each = -(-(short * long + 2 * ((short + 1) // 2) * ((long + 1) // 2)) // ALIGN) * ALIGN
+    each = -(-stored_bytes(short, long) // ALIGN) * ALIGN  # symmetric in the two sides
     data = int(each.sum()) + (int(each.mean()) * int((~known).sum()) if known.any() else 0)
     return index_bytes(len(widths)) + data
