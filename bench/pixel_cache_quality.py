@@ -1,7 +1,8 @@
 """What the pixel cache changes and what a fill costs, for pixel_cache_bench.py: crop differences
 against the JPEG path (validation crops; train crops by crop scale, at several stored sides), and
-where one image's fill time goes (one thread, per image, the steps apart, with the ways not taken:
-writing through a mapping of the data file, and Pillow's resize in place of the fill's)."""
+where one image's fill time goes (one thread, per image, the steps apart, beside a whole decode to
+RGB that the stored planes skip, the route of images the fill does not read as planes, and a way
+not taken: writing through a mapping of the data file)."""
 
 from __future__ import annotations
 
@@ -13,24 +14,24 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from fastload.decode._jpeg_region import decode_region
+from fastload.decode._jpeg_region import decode_region, planes_from_rgb
 
 import fastload
 from fastload.decode.crops import decode_crop, draft_scale
-from fastload.decode.stored import decode_stored
+from fastload.decode.stored import crop_stored, decode_stored
 from fastload.decode.transforms import CropPlan, TrainCrop
-from fastload.pixels.batch import _crop_stored
-from fastload.pixels.layout import stored_size
+from fastload.pixels.layout import stored_bytes, stored_size
 from fastload.pixels.store import checksum
 from fastload.storage.cache_entry_files import _reserve
 
 SCALE_BINS = (0.08, 0.2, 0.4, 0.6, 0.8, 1.0)
 
 
-def stored(data: bytes, width: int, height: int, side: int) -> np.ndarray:
-    """The pixels the cache stores of one record at ``side``."""
-    w, h = stored_size(width, height, side)
-    return decode_stored(data, width, height, np.empty((h, w, 3), np.uint8), where="", max_pixels=10**10)
+def stored(data: bytes, width: int, height: int, side: int) -> tuple[np.ndarray, tuple[int, int]]:
+    """The planes the cache stores of one record at ``side``, and their size."""
+    size = stored_size(width, height, side)
+    planes = np.empty(stored_bytes(*size), np.uint8)
+    return decode_stored(data, width, height, planes, size, where="", max_pixels=10**10), size
 
 
 def val_difference(path: str, cache: str, count: int) -> dict[str, float]:
@@ -62,7 +63,7 @@ def train_difference(path: str, count: int, sides: tuple[int, ...]) -> dict[str,
                 len(counts) - 1)
         counts[b] += 1
         for side in sides:
-            _crop_stored(stored(data, width, height, side), plan, width, height, out)
+            crop_stored(*stored(data, width, height, side), plan, (width, height), out)
             sums[side][b] += np.abs(out.astype(np.int16) - want).mean()
     bins = [f"{lo:.2f}-{hi:.2f}" for lo, hi in zip(SCALE_BINS, SCALE_BINS[1:])]
     return {str(side): {name: float(s / c) for name, s, c in zip(bins, sums[side], counts) if c}
@@ -71,11 +72,13 @@ def train_difference(path: str, count: int, sides: tuple[int, ...]) -> dict[str,
 
 def fill_parts(path: str, count: int, rounds: int = 3) -> dict[str, float]:
     """One image's steps, ms of CPU (user + system) each, median of ``rounds`` passes over the JPEGs
-    of the first ``count`` records, one thread: the JPEG path's crop; a fill's whole decode (alone, with a copy out, and
-    with its shrink to 256 px), crop from the stored pixels, write (``pwrite`` into a reserved data
-    file, as the cache writes) and checksum; and two ways not taken: the pixels copied into a shared
-    mapping of the data file instead (decoding straight into it would pay that: page faults), and
-    Pillow's resize (the fill's before 2c608c1) instead of the fill's shrink."""
+    of the first ``count`` records, one thread: the JPEG path's crop; a fill's raw decode with its
+    planes' shrink to 256 px, crop from the stored planes, write (``pwrite`` into a reserved data
+    file, as the cache writes) and checksum. Beside them: a whole decode to RGB alone (libjpeg's
+    upsampling and colour conversion, which the planes skip; with a copy out), the route of an
+    image the fill does not read as planes (Pillow's RGB at the stored size, then planes), and the
+    planes copied into a shared mapping of the data file instead of written (decoding straight into
+    it would pay that: page faults)."""
     ds = fastload.PackedDataset(path)
     rng, geometry = np.random.default_rng(1), TrainCrop(224)
     records = []
@@ -86,8 +89,8 @@ def fill_parts(path: str, count: int, rounds: int = 3) -> dict[str, float]:
     count = len(records)
     out = np.empty((3, 224, 224), np.uint8).transpose(1, 2, 0)  # a CHW slot, as in a batch
     kept = [stored(d, w, h, 256) for d, w, h, _ in records]
-    scratch = np.empty(max(p.nbytes for p in kept), np.uint8)
-    size = sum(-(-p.nbytes // 64) * 64 for p in kept)
+    scratch = np.empty(max(p.nbytes for p, _ in kept), np.uint8)
+    size = sum(-(-p.nbytes // 64) * 64 for p, _ in kept)
     folder = os.path.dirname(os.path.abspath(path))
 
     def region() -> None:
@@ -95,23 +98,21 @@ def fill_parts(path: str, count: int, rounds: int = 3) -> dict[str, float]:
             decode_crop(data, plan, out=out)
 
     def whole() -> None:
-        for (data, width, height, _), pixels in zip(records, kept):
-            scale = draft_scale((0, 0, width, height), pixels.shape[:2])
-            decode_region(data, scale, 0, 0, 1 << 30, 1 << 30, 10**10)
+        for (data, width, height, _), (_, (w, h)) in zip(records, kept):
+            decode_region(data, draft_scale((0, 0, width, height), (h, w)), 0, 0, 1 << 30, 1 << 30, 10**10)
 
     def shrunk() -> None:
-        for (data, width, height, _), pixels in zip(records, kept):
-            decode_stored(data, width, height, scratch[:pixels.nbytes].reshape(pixels.shape), where="",
-                          max_pixels=10**10)
+        for (data, width, height, _), (pixels, size_) in zip(records, kept):
+            decode_stored(data, width, height, scratch[:pixels.nbytes], size_, where="", max_pixels=10**10)
 
     def pillow() -> None:
-        for (data, width, height, _), pixels in zip(records, kept):
-            decode_crop(data, CropPlan((0, 0, width, height), pixels.shape[:2]),
-                        out=scratch[:pixels.nbytes].reshape(pixels.shape))
+        for (data, width, height, _), (pixels, (w, h)) in zip(records, kept):
+            rgb = decode_crop(data, CropPlan((0, 0, width, height), (h, w)))
+            planes_from_rgb(rgb, scratch[:pixels.nbytes])
 
     def crop() -> None:
-        for pixels, (_, width, height, plan) in zip(kept, records):
-            _crop_stored(pixels, plan, width, height, out)
+        for (pixels, size_), (_, width, height, plan) in zip(kept, records):
+            crop_stored(pixels, size_, plan, (width, height), out)
 
     def write(mapped: bool) -> float:
         """CPU seconds of the writes alone (the file made and reserved first, as the cache's is)."""
@@ -122,7 +123,7 @@ def fill_parts(path: str, count: int, rounds: int = 3) -> dict[str, float]:
             with mmap.mmap(fd, size) as view:
                 target, offset = np.frombuffer(view, np.uint8), 0
                 started = time.process_time()
-                for pixels in kept:
+                for pixels, _ in kept:
                     if mapped:
                         target[offset:offset + pixels.nbytes] = pixels.reshape(-1)
                     else:
@@ -136,13 +137,13 @@ def fill_parts(path: str, count: int, rounds: int = 3) -> dict[str, float]:
         return used
 
     def check() -> None:
-        for pixels in kept:
+        for pixels, _ in kept:
             checksum(pixels)
 
-    steps: dict[str, Callable[[], float | None]] = {"jpeg_path_crop": region, "fill_whole_decode_alone": whole, "fill_decode_and_shrink": shrunk,
-             "fill_crop_from_stored": crop, "fill_write": lambda: write(False), "fill_checksum": check,
-             "not_taken_write_through_a_mapping": lambda: write(True),
-             "not_taken_decode_and_pillow_resize": pillow}
+    steps: dict[str, Callable[[], float | None]] = {
+        "jpeg_path_crop": region, "fill_decode_and_shrink": shrunk, "fill_crop_from_stored": crop,
+        "fill_write": lambda: write(False), "fill_checksum": check, "rgb_whole_decode_alone": whole,
+        "other_images_pillow_then_planes": pillow, "not_taken_write_through_a_mapping": lambda: write(True)}
     times: dict[str, list[float]] = {k: [] for k in steps}
     for _ in range(rounds):
         for name_, step in steps.items():

@@ -1,4 +1,5 @@
-/* Decode stage, native part: the pixel cache fill's resize, a whole image to its stored size.
+/* Decode stage, native part: the pixel cache's resize, one plane of bytes at a time (a decoded
+ * plane to its stored size; a crop's box of a stored plane to the output).
  *
  * Pillow's bilinear filter (a triangle stretched by the reduction, so it antialiases), with
  * weights in 14-bit fixed point that sum exactly to 1 << 14, the rows pass first (each output
@@ -6,7 +7,8 @@
  * pass on that one row, each pass rounded to 8 bits. Not Pillow's bytes (its passes run in
  * another order with 22-bit weights; a pixel differs by a level at most, now and then), but the
  * same bytes on every CPU: the AVX2 paths add the same integer products as the plain C, so the
- * stored pixels of a record do not depend on the machine that stored them.
+ * stored pixels of a record do not depend on the machine that stored them. Here: the axes and
+ * the rows pass; the columns pass is fill_columns.c.
  */
 #include "fill_resize.h"
 
@@ -17,15 +19,14 @@
 #include "cpu_features.h"
 
 #define ONE (1 << FILL_BITS)
-#define HALF (1 << (FILL_BITS - 1))
+#define HALF FILL_HALF
 
 static unsigned char clip8(int32_t sum) {
     int32_t v = (sum + HALF) >> FILL_BITS;
     return (unsigned char)(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
-int fastload_fill_axis(FillAxis *axis, int in_size, double in0, double in1, int out_size,
-                       int lanes) {
+int fastload_fill_axis(FillAxis *axis, int in_size, double in0, double in1, int out_size) {
     double scale = (in1 - in0) / out_size, stretch = scale < 1.0 ? 1.0 : scale;
     double inverse = 1.0 / stretch, *w;
     int i, t;
@@ -48,11 +49,11 @@ int fastload_fill_axis(FillAxis *axis, int in_size, double in0, double in1, int 
         axis->count[i] = hi > lo ? hi - lo : 0;
         axis->max_count = axis->count[i] > axis->max_count ? axis->count[i] : axis->max_count;
     }
-    axis->taps = (axis->max_count + 3) / 4 * 4; /* whole groups of four for the columns pass */
+    /* four, or whole groups of eight, for the columns pass */
+    axis->taps = axis->max_count <= 4 ? 4 : (axis->max_count + 7) / 8 * 8;
     axis->weights = calloc((size_t)out_size * (size_t)axis->taps, sizeof(int16_t));
-    axis->lanes = lanes ? calloc((size_t)out_size * (size_t)axis->taps * 4, sizeof(int16_t)) : NULL;
     w = malloc(sizeof(double) * (size_t)(axis->taps > 0 ? axis->taps : 1)); /* one window's */
-    if (axis->weights == NULL || (lanes && axis->lanes == NULL) || w == NULL) {
+    if (axis->weights == NULL || w == NULL) {
         free(w);
         fastload_fill_axis_free(axis);
         return 0;
@@ -78,14 +79,6 @@ int fastload_fill_axis(FillAxis *axis, int in_size, double in0, double in1, int 
             axis->begin = lo < axis->begin ? lo : axis->begin;
             axis->end = lo + n > axis->end ? lo + n : axis->end;
         }
-        for (t = 0; lanes && t < n; t++) { /* four taps a group: 0, 1 low, 2, 3 high, per channel */
-            size_t group = (size_t)i * (size_t)axis->taps + (size_t)(t / 4 * 4);
-            int16_t *lane = axis->lanes + group * 4;
-            int c, at = t % 4 < 2 ? t % 2 : 8 + t % 2;
-            for (c = 0; c < 3; c++) {
-                lane[at + 2 * c] = k[t];
-            }
-        }
     }
     if (axis->end <= axis->begin) {
         axis->begin = axis->end = 0;
@@ -98,9 +91,11 @@ void fastload_fill_axis_free(FillAxis *axis) {
     free(axis->first);
     free(axis->count);
     free(axis->weights);
-    free(axis->lanes);
-    axis->first = axis->count = NULL;
-    axis->weights = axis->lanes = NULL;
+    free(axis->windows);
+    free(axis->shuffles);
+    axis->first = axis->count = axis->windows = NULL;
+    axis->weights = NULL;
+    axis->shuffles = NULL;
 }
 
 #ifdef X86_FAST_PATHS
@@ -165,75 +160,6 @@ __attribute__((target("avx2"))) static size_t rows_avx2(const int16_t *k, int n,
     }
     return j;
 }
-
-/* One output pixel's sums, four taps a group: four input pixels (16 bytes) in both lanes, taps
- * 0 and 1 spread into the low lane and 2 and 3 into the high one as 16-bit pairs per channel,
- * one vpmaddwd with their weights (zeros past the pixel's count) a group: the pixel's R, G, B
- * sums are those of the low lane's first three words plus the high lane's. */
-__attribute__((target("avx2"))) static inline __m256i pixel_sums(const unsigned char *p,
-                                                                const int16_t *k, int groups,
-                                                                __m256i spread) {
-    __m256i sum = _mm256_setzero_si256();
-    int g;
-    for (g = 0; g < groups; g++, p += 12, k += 16) {
-        __m256i pixels = _mm256_shuffle_epi8(
-            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p)), spread);
-        __m256i weights = _mm256_loadu_si256((const __m256i *)k);
-        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pixels, weights));
-    }
-    return sum;
-}
-
-/* The columns pass: four output pixels a step (their lanes' sums added two pixels at a time,
- * rounded, packed and stored as 12 bytes), then one at a time but for the last, whose four-byte
- * store would pass the row. Returns the pixels done. */
-__attribute__((target("avx2"))) static int columns_avx2(const FillAxis *x,
-                                                       const unsigned char *row,
-                                                       unsigned char *out) {
-    const __m256i spread = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1,
-                                            -1, 6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1,
-                                            -1, -1);
-    const __m256i half = _mm256_set1_epi32(HALF);
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0);
-    const __m128i compact = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
-    const int *first = x->first; /* in locals: the stores below may alias anything through x */
-    const int16_t *lanes = x->lanes;
-    int groups = x->taps / 4, step = groups * 16, i;
-    for (i = 0; i + 4 <= x->out_size; i += 4) {
-        const int16_t *k = lanes + (size_t)i * (size_t)step;
-        __m256i a = pixel_sums(row + (size_t)first[i] * 3, k, groups, spread);
-        __m256i b = pixel_sums(row + (size_t)first[i + 1] * 3, k + step, groups, spread);
-        __m256i c = pixel_sums(row + (size_t)first[i + 2] * 3, k + 2 * step, groups, spread);
-        __m256i d = pixel_sums(row + (size_t)first[i + 3] * 3, k + 3 * step, groups, spread);
-        /* [a | b] and [c | d]: each lane one pixel's R, G, B, 0 */
-        __m256i ab = _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
-                                      _mm256_permute2x128_si256(a, b, 0x31));
-        __m256i cd = _mm256_add_epi32(_mm256_permute2x128_si256(c, d, 0x20),
-                                      _mm256_permute2x128_si256(c, d, 0x31));
-        __m256i bytes = _mm256_packs_epi32(
-            _mm256_srai_epi32(_mm256_add_epi32(ab, half), FILL_BITS),
-            _mm256_srai_epi32(_mm256_add_epi32(cd, half), FILL_BITS));
-        __m128i rgb;
-        int32_t last;
-        bytes = _mm256_packus_epi16(bytes, bytes); /* dwords: a c a c | b d b d */
-        rgb = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(bytes, order));
-        rgb = _mm_shuffle_epi8(rgb, compact); /* a b c d, three bytes each */
-        _mm_storel_epi64((__m128i *)(out + 3 * i), rgb);
-        last = _mm_cvtsi128_si32(_mm_srli_si128(rgb, 8));
-        memcpy(out + 3 * i + 8, &last, 4);
-    }
-    for (; i + 1 < x->out_size; i++) {
-        __m256i sum = pixel_sums(row + (size_t)first[i] * 3, lanes + (size_t)i * (size_t)step,
-                                 groups, spread);
-        __m128i rgb = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-        int32_t bytes;
-        rgb = _mm_srai_epi32(_mm_add_epi32(rgb, _mm256_castsi256_si128(half)), FILL_BITS);
-        rgb = _mm_packus_epi16(_mm_packs_epi32(rgb, rgb), rgb);
-        bytes = _mm_cvtsi128_si32(rgb);
-        memcpy(out + 3 * i, &bytes, 4); /* the fourth byte is the next pixel's, written next */
-    }
-    return i;
-}
 #endif
 
 void fastload_fill_rows(const FillAxis *y, int i, const unsigned char *const *rows,
@@ -252,25 +178,5 @@ void fastload_fill_rows(const FillAxis *y, int i, const unsigned char *const *ro
             sum += rows[t][j] * k[t];
         }
         out[j] = clip8(sum);
-    }
-}
-
-void fastload_fill_columns(const FillAxis *x, const unsigned char *row, unsigned char *out) {
-    int i = 0, t, c;
-#ifdef X86_FAST_PATHS
-    if (fastload_has_avx2()) {
-        i = columns_avx2(x, row, out);
-    }
-#endif
-    for (; i < x->out_size; i++) {
-        const unsigned char *p = row + (size_t)x->first[i] * 3;
-        const int16_t *k = x->weights + (size_t)i * (size_t)x->taps;
-        for (c = 0; c < 3; c++) {
-            int32_t sum = 0;
-            for (t = 0; t < x->count[i]; t++) {
-                sum += p[3 * t + c] * k[t];
-            }
-            out[3 * i + c] = clip8(sum);
-        }
     }
 }

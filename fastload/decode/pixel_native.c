@@ -1,6 +1,4 @@
-/* Decode stage, native part, for the pixel cache (fastload/pixels/): its index's entries, and
- * the fill's decode (fill_decode.c) and the crops from stored pixels (fill_crop.c), called with
- * the GIL released.
+/* Decode stage, native part, for the pixel cache (fastload/pixels/): its index's entries.
  *
  * The index is a file every process of a node maps: a header, then four 64-bit words per record.
  * Word 0 is written last, with release order, and read first, with acquire order: a reader that
@@ -12,9 +10,6 @@
 
 #include <stdint.h>
 #include <string.h>
-
-#include "fill_crop.h"
-#include "fill_decode.h"
 
 #define ENTRY_WORDS 4
 
@@ -111,109 +106,6 @@ PyObject *fastload_pixel_publish(PyObject *self, PyObject *args) {
     }
     PyBuffer_Release(&index);
     if (words == NULL) {
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
-/* An RGB array of obj (uint8, H x W x 3, sides of 1 to 65535) with flags' layout; 0 with a
- * ValueError set (naming it `what`) and nothing held, else the caller releases it. */
-static int rgb_buffer(PyObject *obj, Py_buffer *view, int flags, const char *what) {
-    if (PyObject_GetBuffer(obj, view, flags | PyBUF_FORMAT) < 0) {
-        return 0;
-    }
-    if (view->ndim == 3 && view->shape[2] == 3 && view->itemsize == 1 && view->shape[0] >= 1 &&
-        view->shape[1] >= 1 && view->shape[0] <= 0xFFFF && view->shape[1] <= 0xFFFF &&
-        (view->format == NULL || strcmp(view->format, "B") == 0)) {
-        return 1;
-    }
-    PyErr_Format(PyExc_ValueError, "%s must be a uint8 array of shape (H, W, 3)", what);
-    PyBuffer_Release(view);
-    return 0;
-}
-
-const char fastload_decode_stored_into_doc[] =
-    "decode_stored_into(data, scale, width, height, out, max_pixels)\n\n"
-    "A width x height JPEG decoded whole at 1/scale (1, 2, 4 or 8) and shrunk into ``out`` (a\n"
-    "C-contiguous writable uint8 H x W x 3 array, no larger than the image at that scale) with\n"
-    "the pixel cache's resize (fill_resize.c); grey is written as RGB. Every row is decoded. The\n"
-    "GIL is released. Raises RegionDecodeError for anything libjpeg refuses or warns about, an\n"
-    "image of another size, one over max_pixels, or one smaller than ``out``.";
-
-PyObject *fastload_decode_stored_into(PyObject *self, PyObject *args) {
-    Py_buffer data, view;
-    Request req;
-    int width, height;
-    PyObject *out;
-    (void)self;
-    memset(&req, 0, sizeof req);
-    if (!PyArg_ParseTuple(args, "y*iiiOl", &data, &req.scale, &width, &height, &out,
-                          &req.max_pixels)) {
-        return NULL;
-    }
-    if (req.scale != 1 && req.scale != 2 && req.scale != 4 && req.scale != 8) {
-        PyErr_Format(PyExc_ValueError, "decode_stored_into: bad scale %d", req.scale);
-        PyBuffer_Release(&data);
-        return NULL;
-    }
-    if (!rgb_buffer(out, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE, "out (C-contiguous)")) {
-        PyBuffer_Release(&data);
-        return NULL;
-    }
-    req.data = (const unsigned char *)data.buf;
-    req.length = (size_t)data.len;
-    Py_BEGIN_ALLOW_THREADS
-    fastload_jpeg_fill(&req, (unsigned char *)view.buf, (int)view.shape[1], (int)view.shape[0]);
-    Py_END_ALLOW_THREADS
-    if (req.status == 0 && ((int)req.image_width != width || (int)req.image_height != height)) {
-        req.status = 5; /* another image than the index describes: Pillow's path says what */
-    }
-    PyBuffer_Release(&view);
-    PyBuffer_Release(&data);
-    if (req.status != 0) {
-        return fastload_request_error(&req);
-    }
-    Py_RETURN_NONE;
-}
-
-const char fastload_crop_stored_into_doc[] =
-    "crop_stored_into(pixels, x0, y0, x1, y1, crop_first, flip, out)\n\n"
-    "The box (x0, y0)-(x1, y1) of ``pixels`` (stored pixels: a C-contiguous uint8 H x W x 3\n"
-    "array) resized into ``out`` (a writable uint8 H x W x 3 array, any strides) with the fill's\n"
-    "resize, placed as Pillow's resize(box=) places it (cut out first when crop_first and its\n"
-    "corners are whole pixels), mirrored when flip. Only the box's rows and columns are read. The\n"
-    "GIL is released. Raises ValueError for a box outside the image.";
-
-PyObject *fastload_crop_stored_into(PyObject *self, PyObject *args) {
-    Py_buffer pixels, view;
-    PyObject *source, *out;
-    double box[4];
-    int crop_first, flip, width, height, ok = 0;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "OddddppO", &source, &box[0], &box[1], &box[2], &box[3],
-                          &crop_first, &flip, &out) ||
-        !rgb_buffer(source, &pixels, PyBUF_C_CONTIGUOUS, "pixels (C-contiguous)")) {
-        return NULL;
-    }
-    width = (int)pixels.shape[1];
-    height = (int)pixels.shape[0];
-    if (!fastload_clamp_box(box, width, height)) {
-        PyErr_Format(PyExc_ValueError, "crop_stored_into: the box is outside the %dx%d image",
-                     width, height);
-    } else if (rgb_buffer(out, &view, PyBUF_RECORDS, "out (writable)")) {
-        Target target = {(unsigned char *)view.buf, view.strides[0], view.strides[1],
-                         view.strides[2], flip};
-        Py_BEGIN_ALLOW_THREADS
-        ok = fastload_fill_crop((const unsigned char *)pixels.buf, width, height, box, crop_first,
-                                (int)view.shape[1], (int)view.shape[0], &target);
-        Py_END_ALLOW_THREADS
-        PyBuffer_Release(&view);
-        if (!ok) {
-            PyErr_NoMemory();
-        }
-    }
-    PyBuffer_Release(&pixels);
-    if (!ok) {
         return NULL;
     }
     Py_RETURN_NONE;

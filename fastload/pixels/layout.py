@@ -1,12 +1,21 @@
-"""Pixel cache: its on-disk layout written down once (folder, index header, entries, stored sizes).
+"""Pixel cache: its on-disk layout written down once (folder, index header, entries, stored
+sizes, planes).
 
 One folder per dataset version and decode settings (``<root>/<name>/``, ``name`` the xxh3-128 of
 the key, :mod:`fastload.pixels.key`)::
 
     meta.json       {"format", "key", "records", "dataset"}; its mtime is the folder's last use
     index           HEADER_BYTES of header words, then ENTRY_WORDS uint64 words per record
-    data-00000 ...  decoded pixels, HWC uint8 rows, SEGMENT_BYTES a file (sparse past what is
+    data-00000 ...  each record's planes (below), SEGMENT_BYTES a file (sparse past what is
                     reserved), records packed in turn, none across two files
+
+A record's pixels are planes, what a JPEG holds (JFIF's YCbCr: full range, BT.601 weights), each
+plane's rows packed one after the other: Y at the stored ``width`` x ``height``, then Cb, then Cr,
+each ``ceil(width / 2)`` x ``ceil(height / 2)`` (chroma sample ``(i, j)`` centred on the 2 x 2
+luma pixels from ``(2i, 2j)``, as in a 4:2:0 JPEG; an odd side's last chroma sample covers its
+last luma row or column alone). Every image is stored so, whatever it was: a 4:2:0 JPEG's planes
+shrunk as decoded, another subsampling's chroma resized to this one, a grey image's chroma 128,
+anything else (CMYK, PNG, ...) decoded to RGB and converted (fastload/decode/stored.py).
 
 Words are the machine's own 64-bit integers (MAGIC reads as another number on a machine of the
 other byte order, and such a folder is made anew). An entry's word 0 is its commit: 0 until the
@@ -20,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
-PIXEL_FORMAT = 1
-"""The layout's version: a folder of another one is never read (its key names another folder)."""
+PIXEL_FORMAT = 2
+"""The layout's version: a folder of another one is never read (its key names another folder, and
+its index header says its version). 1: packed RGB rows (3 bytes a pixel); 2: the planes above."""
 
 MAGIC = int.from_bytes(b"FLPIXEL1", "little")
 HEADER_BYTES = 4096
@@ -75,10 +85,21 @@ def stored_size(width: int, height: int, side: int) -> tuple[int, int]:
     return int(side * width / height), side
 
 
+def chroma_size(width: int, height: int) -> tuple[int, int]:
+    """``(width, height)`` of each chroma plane of pixels stored at ``width`` x ``height``."""
+    return (width + 1) // 2, (height + 1) // 2
+
+
+def stored_bytes(width: int, height: int) -> int:
+    """Bytes of the planes of pixels stored at ``width`` x ``height`` (about 1.5 a pixel)."""
+    chroma_w, chroma_h = chroma_size(width, height)
+    return width * height + 2 * chroma_w * chroma_h
+
+
 def entry_words(offset: int, generation: int, width: int, height: int, checksum: int,
                 image_width: int, image_height: int) -> tuple[int, int, int, int]:
-    """One record's entry: ``offset`` of its pixels (stored ``width`` x ``height``, RGB), the
-    low 32 bits of their xxh3-64, and the size of the image they were made from."""
+    """One record's entry: ``offset`` of its planes (stored ``width`` x ``height``), the low 32
+    bits of their xxh3-64, and the size of the image they were made from."""
     return (PRESENT | (generation & GEN_MASK) << GEN_SHIFT | offset // ALIGN,
             (checksum & 0xFFFFFFFF) << 32 | width << 16 | height,
             image_height << 32 | image_width, 0)
@@ -108,13 +129,13 @@ class Entries:
 
 def folder_bytes(widths: np.ndarray, heights: np.ndarray, side: int) -> int:
     """Bytes a folder takes once every image of these sizes is stored at ``side`` (its index and
-    pixels; an image of unknown size, -1, counted as the mean of the others)."""
+    planes; an image of unknown size, -1, counted as the mean of the others)."""
     widths, heights = np.asarray(widths, dtype=np.int64), np.asarray(heights, dtype=np.int64)
     known = (widths > 0) & (heights > 0)
     short, long = np.minimum(widths, heights)[known], np.maximum(widths, heights)[known]
     scaled = short > side
     long = np.where(scaled, (side * long / np.maximum(short, 1)).astype(np.int64), long)
     short = np.where(scaled, side, short)
-    each = -(-3 * short * long // ALIGN) * ALIGN
+    each = -(-stored_bytes(short, long) // ALIGN) * ALIGN  # symmetric in the two sides
     data = int(each.sum()) + (int(each.mean()) * int((~known).sum()) if known.any() else 0)
     return index_bytes(len(widths)) + data

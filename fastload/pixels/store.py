@@ -25,7 +25,7 @@ from fastload.pixels.folder import TOUCH_EVERY, locked, make_room, touch
 from fastload.pixels.handles import Handles, open_handles
 from fastload.pixels.layout import (
     ALIGN, CHUNK_BYTES, ENTRY_WORDS, GEN_MASK, H_RESERVED, HEADER_BYTES, SEGMENT_BYTES, Entries, entry_words,
-    index_bytes, with_generation,
+    index_bytes, stored_bytes, with_generation,
 )
 from fastload.storage.cache_entry_files import _reserve
 
@@ -77,19 +77,19 @@ class PixelStore:
         return Entries(words, records, handles)
 
     def pixels(self, entries: Entries, k: int) -> np.ndarray | None:
-        """The stored pixels of the ``k``-th of ``entries`` (an HWC view of the mapped data file:
-        only the pages a crop reads are touched), or None when they cannot be trusted or read."""
+        """The stored planes of the ``k``-th of ``entries`` (a view of the mapped data file: only
+        the pages a crop reads are touched), or None when they cannot be trusted or read."""
         handles = entries.handles  # the folder they were read from, whatever was opened since
         if not entries.present[k]:
             return None
         offset, width, height = int(entries.offset[k]), int(entries.width[k]), int(entries.height[k])
-        size, start = width * height * 3, offset % SEGMENT_BYTES
+        size, start = stored_bytes(width, height), offset % SEGMENT_BYTES
         if size == 0 or offset + size > int(handles.header[H_RESERVED]) or start + size > SEGMENT_BYTES:
             return None  # an entry that cannot be ours: a damaged index
         data = handles.data(offset // SEGMENT_BYTES)
         if data is None:
             return None
-        pixels = np.frombuffer(data, dtype=np.uint8, count=size, offset=start).reshape(height, width, 3)
+        pixels = np.frombuffer(data, dtype=np.uint8, count=size, offset=start)
         if int(entries.generation[k]) != handles.generation & GEN_MASK:
             # written in an earlier boot: trusted once its checksum agrees, and marked so
             if checksum(pixels) != int(entries.checksum[k]):
@@ -105,7 +105,7 @@ class PixelStore:
         return 0 if handles is None else index_bytes(self.records) + int(handles.header[H_RESERVED])
 
     def reserve(self, size: int) -> int | None:
-        """An offset with ``size`` bytes of room for one record's pixels; None when the cache keeps
+        """An offset with ``size`` bytes of room for one record's planes; None when the cache keeps
         no more (its limit, its disk, or it is read-only here)."""
         handles = self.opened()
         if handles is None:
@@ -129,9 +129,11 @@ class PixelStore:
                 if handles.position == offset + size:
                     handles.position = offset
 
-    def write(self, offset: int, pixels: np.ndarray, record: int, image_size: tuple[int, int]) -> bool:
-        """Write ``pixels`` (HWC uint8, C-contiguous) at ``offset`` and publish them as ``record``'s,
-        made from an image of ``image_size``; False (and a warning) when the disk failed the write."""
+    def write(self, offset: int, pixels: np.ndarray, stored: tuple[int, int], record: int,
+              image_size: tuple[int, int]) -> bool:
+        """Write ``pixels`` (the planes of ``stored`` ``(width, height)``, C-contiguous) at ``offset``
+        and publish them as ``record``'s, made from an image of ``image_size``; False (and a
+        warning) when the disk failed the write."""
         handles = self._handles
         if handles is None or not handles.writable:
             return False
@@ -146,9 +148,7 @@ class PixelStore:
             self.owner.bypass("write pixels", exc)
             handles.full = True
             return False
-        height, width = pixels.shape[:2]
-        _publish(handles, record, *entry_words(offset, handles.generation, width, height, checksum(pixels),
-                                               *image_size))
+        _publish(handles, record, *entry_words(offset, handles.generation, *stored, checksum(pixels), *image_size))
         return True
 
     def opened(self) -> Handles | None:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import importlib.util
 import json
 
-import numpy as np
-
 from fastload import PackedDataset
 from fastload.benchmark.pixel_row import pixel_cache_advice, pixel_cache_need
 from fastload.benchmark.verdict import Evidence, diagnose
@@ -20,8 +18,9 @@ from tests.pixels.conftest import RECORDS
 
 
 def stored_total(ds: PackedDataset, side: int) -> int:
-    each = [-(-3 * int(np.prod(stored_size(int(w), int(h), side))) // ALIGN) * ALIGN
-            for w, h in zip(ds.index.width, ds.index.height)]
+    """Each image's planes (Y at the stored size, Cb and Cr at half of it, rounded up), aligned."""
+    sizes = [stored_size(int(w), int(h), side) for w, h in zip(ds.index.width, ds.index.height)]
+    each = [-(-(w * h + 2 * ((w + 1) // 2) * ((h + 1) // 2)) // ALIGN) * ALIGN for w, h in sizes]
     return index_bytes(len(each)) + sum(each)
 
 

@@ -17,7 +17,7 @@ import xxhash
 
 import fastload
 from fastload.decode.stored import decode_stored
-from fastload.pixels.layout import stored_size
+from fastload.pixels.layout import stored_bytes, stored_size
 from tests.conftest import REPO, write_tree
 from tests.pixels.conftest import RECORDS, photo_files
 from tests.pixels.pixel_process import BATCH, SEED, SIZE, digests
@@ -76,9 +76,9 @@ def test_sigkill_while_filling_leaves_no_torn_image(numbered, reference, tmp_pat
     assert 0 < len(held) < RECORDS
     for k in held:  # every entry published points at whole pixels: the ones a clean fill stores
         width, height = int(ds.index.width[k]), int(ds.index.height[k])
-        want_w, want_h = stored_size(width, height, ds.pixel_cache.side)
-        want = decode_stored(ds.reader.read(int(k)), width, height, np.empty((want_h, want_w, 3), np.uint8),
-                             where="", max_pixels=ds.max_pixels)
+        stored = stored_size(width, height, ds.pixel_cache.side)
+        want = decode_stored(ds.reader.read(int(k)), width, height, np.empty(stored_bytes(*stored), np.uint8),
+                             stored, where="", max_pixels=ds.max_pixels)
         assert np.array_equal(ds.pixel_cache.store.pixels(entries, int(k)), want)
     loader = fastload.DataLoader(ds, batch_size=BATCH, seed=SEED)
     assert [digests(loader) for _ in range(2)] == reference

@@ -60,7 +60,11 @@ def test_another_version_side_or_pixel_limit_gets_other_entries(photos, tmp_path
     got = overwritten.__getitems__(KEYS)
     assert got.pixel_counts == (0, RECORDS, RECORDS)
     want = PackedDataset(copy, image_size=SIZE, train=False).__getitems__(KEYS).images
-    assert (got.images.int() - want.int()).abs().float().mean() < 1.5  # the new images, not the old
+    old = PackedDataset(photos, image_size=SIZE, train=False).__getitems__(KEYS).images
+    new_diff, old_diff = ((got.images.int() - x.int()).abs().float().mean() for x in (want, old))
+    # the new images, not the old (about 1.5 levels from the new: flat saturated shapes at 73 px
+    # lose more to the stored half-size chroma than photos do; about 76 from the old)
+    assert new_diff < 2.0 and old_diff > 20 * new_diff
     assert len(folders(cache)) == 5
 
 
@@ -164,8 +168,8 @@ def test_a_read_only_folder_serves_what_it_holds_and_decodes_the_rest(photos, tm
 
 
 def test_a_full_disk_warns_once_and_keeps_what_it_stored(photos, tmp_path):
-    with tmpfs(tmp_path / "disk", size="2m") as disk:
-        ds = cached(photos, disk, pixel_side=160)  # ~60 KB an image: the disk holds some
+    with tmpfs(tmp_path / "disk", size="1m") as disk:
+        ds = cached(photos, disk, pixel_side=160)  # ~50 KB an image: the disk holds some
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
             first = ds.__getitems__(KEYS)

@@ -1,0 +1,18 @@
+/* The pixel cache's colours (fill_colour.c): stored YCbCr planes to a batch slot's RGB, and RGB to
+ * stored planes. */
+#ifndef FASTLOAD_FILL_COLOUR_H
+#define FASTLOAD_FILL_COLOUR_H
+
+#include "resample.h"
+
+/* One row of width pixels from its Y, Cb and Cr bytes into target's first row as RGB (never
+ * mirrored: a flip is in the columns pass's order). */
+void fastload_ycc_store(const unsigned char *y, const unsigned char *cb, const unsigned char *cr,
+                        int width, const Target *target);
+
+/* A width x height image (packed RGB rows) as the pixel cache's planes into out: Y width x
+ * height, then Cb and Cr each ceil(width / 2) x ceil(height / 2). */
+void fastload_rgb_to_planes(const unsigned char *rgb, int width, int height,
+                              unsigned char *out);
+
+#endif
