@@ -1,7 +1,8 @@
 """The pixel cache's native fill and crops (fill_decode.c, fill_resize.c, fill_columns.c,
-fill_crop.c, fill_colour.c): the very bytes of their written-down arithmetic (a numpy twin below:
-each plane shrunk or cropped on its own, then YCbCr to RGB), with AVX2 or without, and every JPEG
-they refuse left to Pillow's path, which stores Pillow's RGB made into planes."""
+fill_crop.c, fill_colour.c): the very bytes of their written-down arithmetic (a numpy twin in
+fill_twin.py: each plane shrunk or cropped on its own, chroma upsampled, then YCbCr to RGB), with
+AVX2 or without, and every JPEG they refuse left to Pillow's path, which stores Pillow's RGB made
+into planes."""
 
 from __future__ import annotations
 
