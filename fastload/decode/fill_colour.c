@@ -1,15 +1,15 @@
 /* Decode stage, native part: the pixel cache's colours. Stored planes are JFIF's YCbCr (full
  * range, BT.601 weights: what a JPEG holds); a crop's planes, resized to the output, become RGB in
  * its batch slot with libjpeg's decompression arithmetic (jdcolor.c: 16-bit fixed point,
- * rounded), and an image the fill cannot read as planes (Pillow's RGB at its stored size) becomes
+ * rounded) after their chroma, resized to half the output, is upsampled as libjpeg's "fancy"
+ * upsampling does it (jdsample.c's h2v2, rounded alike each way), and an image the fill cannot read as planes (Pillow's RGB at its stored size) becomes
  * planes with libjpeg's compression arithmetic (jccolor.c), each chroma sample the mean of the
  * 2 x 2 pixels it covers (the last row or column counted twice where a side is odd). The loops
- * are plain C that the compiler vectorises, built twice where the CPU may have AVX2: the same
- * integer arithmetic, so the same bytes either way.
+ * are plain C that the compiler vectorises, built twice where the CPU may have AVX2 (the
+ * upsampling's AVX2 loop written out by hand): the same integer arithmetic, so the same bytes
+ * either way.
  */
 #include "fill_colour.h"
-
-#include <stdint.h>
 
 #include "cpu_features.h"
 
@@ -45,6 +45,73 @@ __attribute__((target("avx2"))) static void rgb_row_avx2(
     RGB_ROW_BODY
 }
 #endif
+
+/* libjpeg's h2v2 "fancy" upsampling (jdsample.c), rounded alike either way (+8 where libjpeg
+ * adds 8 and 7 by turns), so that a mirrored half row upsamples to the mirrored row: each column
+ * 3 x the nearer row + the farther, then each pixel 3 x its column + its neighbour, over 16. */
+static void upsample(const unsigned char *restrict near, const unsigned char *restrict far, int n,
+                     int16_t *restrict sum, unsigned char *restrict out) {
+    int k;
+    for (k = 0; k < n; k++) {
+        sum[k + 1] = (int16_t)(3 * near[k] + far[k]);
+    }
+    sum[0] = sum[1];
+    sum[n + 1] = sum[n];
+    for (k = 0; k < n; k++) {
+        int16_t mid = (int16_t)(3 * sum[k + 1] + 8);
+        out[2 * k] = (unsigned char)((mid + sum[k]) >> 4);
+        out[2 * k + 1] = (unsigned char)((mid + sum[k + 2]) >> 4);
+    }
+}
+
+#ifdef X86_FAST_PATHS
+/* Sixteen samples a step; each even output byte and the odd one after it leave as one 16-bit
+ * word (little-endian: the even byte first), so no shuffle interleaves them. */
+__attribute__((target("avx2"))) static void upsample_avx2(const unsigned char *restrict near,
+                                                          const unsigned char *restrict far, int n,
+                                                          int16_t *restrict sum,
+                                                          unsigned char *restrict out) {
+    const __m256i eight = _mm256_set1_epi16(8);
+    int k = 0;
+    for (; k + 16 <= n; k += 16) {
+        __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(near + k)));
+        __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(far + k)));
+        _mm256_storeu_si256((__m256i *)(sum + k + 1),
+                            _mm256_add_epi16(_mm256_add_epi16(a, _mm256_add_epi16(a, a)), b));
+    }
+    for (; k < n; k++) {
+        sum[k + 1] = (int16_t)(3 * near[k] + far[k]);
+    }
+    sum[0] = sum[1];
+    sum[n + 1] = sum[n];
+    for (k = 0; k + 16 <= n; k += 16) {
+        __m256i left = _mm256_loadu_si256((const __m256i *)(sum + k));
+        __m256i mid = _mm256_loadu_si256((const __m256i *)(sum + k + 1));
+        __m256i right = _mm256_loadu_si256((const __m256i *)(sum + k + 2));
+        mid = _mm256_add_epi16(_mm256_add_epi16(mid, _mm256_add_epi16(mid, mid)), eight);
+        __m256i even = _mm256_srli_epi16(_mm256_add_epi16(mid, left), 4);
+        __m256i odd = _mm256_srli_epi16(_mm256_add_epi16(mid, right), 4);
+        _mm256_storeu_si256((__m256i *)(out + 2 * k),
+                            _mm256_or_si256(even, _mm256_slli_epi16(odd, 8)));
+    }
+    for (; k < n; k++) {
+        int16_t mid = (int16_t)(3 * sum[k + 1] + 8);
+        out[2 * k] = (unsigned char)((mid + sum[k]) >> 4);
+        out[2 * k + 1] = (unsigned char)((mid + sum[k + 2]) >> 4);
+    }
+}
+#endif
+
+void fastload_chroma_upsample(const unsigned char *near, const unsigned char *far, int n,
+                              int16_t *sum, unsigned char *out) {
+#ifdef X86_FAST_PATHS
+    if (fastload_has_avx2()) {
+        upsample_avx2(near, far, n, sum, out);
+        return;
+    }
+#endif
+    upsample(near, far, n, sum, out);
+}
 
 void fastload_ycc_store(const unsigned char *y, const unsigned char *cb, const unsigned char *cr,
                         int width, const Target *target) {

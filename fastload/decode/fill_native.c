@@ -137,7 +137,8 @@ const char fastload_crop_planes_into_doc[] =
     "resized into ``out`` (a writable uint8 H x W x 3 array, any strides) as RGB with the fill's\n"
     "resize, placed as Pillow's resize(box=) places it (the Y plane's box cut out first when\n"
     "crop_first and its corners are whole pixels; the chroma planes' over the box at half\n"
-    "scale, in place), mirrored when flip. Only the box's rows and columns are read. The GIL is\n"
+    "scale, in place, to half the output, then upsampled 2x as libjpeg's fancy upsampling\n"
+    "does), mirrored when flip. Only the box's rows and columns are read. The GIL is\n"
     "released. Raises ValueError for a box outside the image.";
 
 PyObject *fastload_crop_planes_into(PyObject *self, PyObject *args) {

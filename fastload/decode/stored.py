@@ -10,7 +10,8 @@ the other formats), and a JPEG the native code refuses, goes through
 stored size, then into planes (``fill_colour.c``: JFIF's YCbCr, each chroma sample the mean of
 the 2 x 2 pixels it covers). A sample's crop from stored planes, in epoch 1 as in every later
 one, is ``crop_planes_into`` (``fill_crop.c``): the same resize over the box's rows and columns
-of each plane, then RGB.
+of each plane (Y to the output, Cb and Cr to half of it, then upsampled 2x as libjpeg's "fancy"
+upsampling does), then RGB.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """The pixel cache's native fill and crops (fill_decode.c, fill_resize.c, fill_columns.c,
-fill_crop.c, fill_colour.c): the very bytes of their written-down arithmetic (a numpy twin below:
-each plane shrunk or cropped on its own, then YCbCr to RGB), with AVX2 or without, and every JPEG
-they refuse left to Pillow's path, which stores Pillow's RGB made into planes."""
+fill_crop.c, fill_colour.c): the very bytes of their written-down arithmetic (a numpy twin in
+fill_twin.py: each plane shrunk or cropped on its own, chroma upsampled, then YCbCr to RGB), with
+AVX2 or without, and every JPEG they refuse left to Pillow's path, which stores Pillow's RGB made
+into planes."""
 
 from __future__ import annotations
 
 import ctypes
 import io
-import math
 import shutil
 import subprocess
 
@@ -21,6 +21,7 @@ from fastload.decode.transforms import CropPlan
 from fastload.errors import CorruptRecordError
 from fastload.pixels.layout import chroma_size, stored_bytes
 from tests.conftest import REPO
+from tests.decode.fill_twin import crop_twin, fancy, planes_of, resize, split
 from tests.decode.test_decode import encode, photo
 
 pytestmark = pytest.mark.skipif(not REGION_DECODE, reason="the native decoder is not built here")
@@ -29,90 +30,6 @@ if REGION_DECODE:
     from fastload.decode._jpeg_region import (
         RegionDecodeError, crop_planes_into, decode_planes_into, planes_from_rgb,
     )
-
-ONE = 1 << 14
-
-
-def axis(in_size: int, in0: float, in1: float, out_size: int) -> tuple[list[int], np.ndarray]:
-    """fill_resize.c's weights, step by step in the same float64 operations: each output pixel's
-    first input pixel, and its 14-bit weights (rows; zeros past its count)."""
-    scale = (in1 - in0) / out_size
-    stretch = max(scale, 1.0)
-    firsts, rows = [], []
-    for i in range(out_size):
-        center = in0 + (i + 0.5) * scale
-        lo, hi = max(int(center - stretch + 0.5), 0), min(int(center + stretch + 0.5), in_size)
-        w = [1.0 - x if (x := abs((t + lo - center + 0.5) * (1.0 / stretch))) < 1.0 else 0.0 for t in range(hi - lo)]
-        total = sum(w)
-        k = [math.floor((v / total if total > 0 else 1.0 / len(w)) * ONE + 0.5) for v in w]
-        k[k.index(max(k))] += ONE - sum(k)
-        firsts.append(lo)
-        rows.append(k)
-    weights = np.zeros((out_size, max(len(k) for k in rows)), np.int64)
-    for i, k in enumerate(rows):
-        weights[i, :len(k)] = k
-    return firsts, weights
-
-
-def one_pass(plane: np.ndarray, firsts: list[int], weights: np.ndarray) -> np.ndarray:
-    """One pass along axis 0 of a plane, rounded to 8 bits as fill_resize.c rounds."""
-    taps = weights.shape[1]
-    padded = np.concatenate([plane, np.zeros((taps, plane.shape[1]), plane.dtype)]).astype(np.int64)
-    out = np.empty((len(firsts), plane.shape[1]), np.uint8)
-    for i, first in enumerate(firsts):
-        out[i] = np.clip((weights[i] @ padded[first:first + taps] + ONE // 2) >> 14, 0, 255)
-    return out
-
-
-def resize(plane: np.ndarray, box: tuple[float, ...], size: tuple[int, int], cut: bool = False) -> np.ndarray:
-    """The fill's resize of ``box`` of a plane to ``size`` (width, height): rows pass, then
-    columns; ``cut``: the box (whole pixels) cut out first."""
-    x0, y0, x1, y1 = box
-    if cut:
-        plane, (x0, y0, x1, y1) = plane[int(y0):int(y1), int(x0):int(x1)], (0, 0, x1 - x0, y1 - y0)
-    rows = one_pass(plane, *axis(plane.shape[0], y0, y1, size[1]))
-    return one_pass(rows.T, *axis(plane.shape[1], x0, x1, size[0])).T
-
-
-FIX = {k: int(k * 65536 + 0.5) for k in (0.299, 0.587, 0.114, 0.16874, 0.33126, 0.5, 0.41869, 0.08131, 1.402,
-                                         0.34414, 0.71414, 1.772)}  # jccolor.c's and jdcolor.c's weights
-
-
-def rgb_of(y: np.ndarray, cb: np.ndarray, cr: np.ndarray) -> np.ndarray:
-    """libjpeg's YCbCr to RGB (jdcolor.c), as fill_colour.c writes it down."""
-    y, u, v, half = y.astype(np.int64), cb.astype(np.int64) - 128, cr.astype(np.int64) - 128, 1 << 15
-    rgb = [y + ((FIX[1.402] * v + half) >> 16), y + ((-FIX[0.34414] * u - FIX[0.71414] * v + half) >> 16),
-           y + ((FIX[1.772] * u + half) >> 16)]
-    return np.clip(np.stack(rgb, -1), 0, 255).astype(np.uint8)
-
-
-def planes_of(rgb: np.ndarray) -> np.ndarray:
-    """fill_colour.c's RGB to planes: Y per pixel, chroma the rounded mean of each 2 x 2 (edges repeated)."""
-    p = rgb.astype(np.int64)
-    r, g, b = p[..., 0], p[..., 1], p[..., 2]
-    y = (FIX[0.299] * r + FIX[0.587] * g + FIX[0.114] * b + (1 << 15)) >> 16
-    out = [y.reshape(-1)]
-    for chroma in (-FIX[0.16874] * r - FIX[0.33126] * g + FIX[0.5] * b,
-                   FIX[0.5] * r - FIX[0.41869] * g - FIX[0.08131] * b):
-        c = np.pad(chroma, ((0, chroma.shape[0] % 2), (0, chroma.shape[1] % 2)), mode="edge")
-        sums = c[0::2, 0::2] + c[0::2, 1::2] + c[1::2, 0::2] + c[1::2, 1::2]
-        out.append(np.clip((sums + (128 << 18) + (1 << 17)) >> 18, 0, 255).reshape(-1))
-    return np.concatenate(out).astype(np.uint8)
-
-
-def split(planes: np.ndarray, width: int, height: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    (cw, ch), n = chroma_size(width, height), width * height
-    return planes[:n].reshape(height, width), planes[n:n + cw * ch].reshape(ch, cw), planes[n + cw * ch:].reshape(ch, cw)
-
-
-def fancy(c: np.ndarray, width: int, height: int) -> np.ndarray:
-    """libjpeg's h2v2 fancy upsampling (jdsample.c: triangle weights 3/4, 1/4, edges repeated)."""
-    p = np.pad(c.astype(np.int64), 1, mode="edge")
-    out = np.empty((2 * c.shape[0], 2 * c.shape[1]), np.int64)
-    for start, colsum in ((0, 3 * p[1:-1] + p[:-2]), (1, 3 * p[1:-1] + p[2:])):
-        out[start::2, 0::2] = (3 * colsum[:, 1:-1] + colsum[:, :-2] + 8) >> 4
-        out[start::2, 1::2] = (3 * colsum[:, 1:-1] + colsum[:, 2:] + 7) >> 4
-    return out[:height, :width]
 
 
 def raw_planes(data: bytes, scale: int, ratio: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -199,14 +116,6 @@ def noisy_planes(width: int, height: int, seed: int = 0) -> np.ndarray:
     return planes_of(np.clip(rgb, 0, 255).astype(np.uint8))
 
 
-def crop_twin(planes: np.ndarray, width: int, height: int, box: tuple[float, ...], size: tuple[int, int],
-              crop_first: bool) -> np.ndarray:
-    y, cb, cr = split(planes, width, height)
-    half = tuple(v / 2 for v in box)
-    cut = crop_first and all(float(v).is_integer() for v in box)
-    return rgb_of(resize(y, box, size, cut), resize(cb, half, size), resize(cr, half, size))
-
-
 @pytest.mark.parametrize("box, crop_first, flip", [
     ((13.4, 20.7, 250.2, 231.9), False, False),  # a train box mapped onto stored pixels: shrunk a little
     ((60.25, 10.5, 140.75, 90.0), True, True),  # small: enlarged, mirrored; fractional, so not cut out first
@@ -221,6 +130,18 @@ def test_a_crop_from_stored_planes_gives_the_bytes_of_its_arithmetic(box, crop_f
     want = crop_twin(planes, 341, 256, box, (224, 224), crop_first)
     assert np.array_equal(batch[1].transpose(1, 2, 0), want[:, ::-1] if flip else want)
     assert not batch[0].any()
+
+
+@pytest.mark.parametrize("size", [(223, 17), (224, 9), (1, 3), (5, 1)])
+def test_a_flipped_crop_is_the_unflipped_one_mirrored_at_any_output_size(size):
+    """Chroma is resized to half the output, rounded up, and upsampled: at an odd width the
+    mirrored half row's upsampling starts a pixel later, so that a flip still mirrors exactly."""
+    planes, box = noisy_planes(341, 256, seed=2), (13.4, 20.7, 250.2, 231.9)
+    plain, flipped = (np.zeros((3, size[1], size[0]), np.uint8) for _ in range(2))
+    for out, flip in ((plain, False), (flipped, True)):
+        crop_planes_into(planes, 341, 256, *box, False, flip, out.transpose(1, 2, 0))
+    assert np.array_equal(plain.transpose(1, 2, 0), crop_twin(planes, 341, 256, box, size, False))
+    assert np.array_equal(flipped, plain[:, :, ::-1])
 
 
 @pytest.mark.parametrize("width, height", [(1, 29), (29, 1), (1, 1), (3, 5)])
@@ -239,7 +160,7 @@ class Target(ctypes.Structure):  # resample.h's: where a crop's pixels go
 def test_the_avx2_code_and_the_plain_c_give_the_same_bytes(tmp_path):
     """The fill's resize and colours built without their AVX2 paths (as on a CPU or an
     architecture without them) against the module's build, on shrinks and enlargements of noisy
-    planes into a batch's CHW slot."""
+    planes into a batch's CHW slot, flipped or not, at even and odd output widths."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler here to build the plain-C twin")
@@ -249,11 +170,13 @@ def test_the_avx2_code_and_the_plain_c_give_the_same_bytes(tmp_path):
                     *(str(REPO / "fastload/decode" / name) for name in names), "-lm"], check=True, capture_output=True)
     lib = ctypes.CDLL(str(plain))
     planes = np.random.default_rng(1).integers(0, 256, stored_bytes(417, 300), dtype=np.uint8)
-    for box, (width, height) in [((0.0, 0.0, 417.0, 300.0), (256, 184)), ((3.5, 7.25, 390.0, 299.0), (200, 224)),
-                                 ((100.0, 50.0, 180.0, 150.0), (224, 224)), ((0.0, 0.0, 417.0, 300.0), (60, 31))]:
+    for box, (width, height), flip in [((0.0, 0.0, 417.0, 300.0), (256, 184), 0),
+                                       ((3.5, 7.25, 390.0, 299.0), (200, 224), 1),
+                                       ((100.0, 50.0, 180.0, 150.0), (224, 224), 0),
+                                       ((0.0, 0.0, 417.0, 300.0), (61, 31), 1)]:
         fast, slow = np.zeros((3, height, width), np.uint8), np.ones((3, height, width), np.uint8)
-        crop_planes_into(planes, 417, 300, *box, False, False, fast.transpose(1, 2, 0))
-        target = Target(slow.ctypes.data, width, 1, width * height, 0)
+        crop_planes_into(planes, 417, 300, *box, False, bool(flip), fast.transpose(1, 2, 0))
+        target = Target(slow.ctypes.data, width, 1, width * height, flip)
         assert lib.fastload_fill_crop(ctypes.c_void_p(planes.ctypes.data), 417, 300, (ctypes.c_double * 4)(*box), 0,
                                       width, height, ctypes.byref(target)) == 1
         assert np.array_equal(fast, slow), box
