@@ -76,8 +76,11 @@ their users: only these are recognised when passed back."""
 def remember_made(loader: Any, sampler: Any, batch_sampler: Any) -> None:
     """Note ``loader``'s sampler and batch sampler where they are not the ``sampler`` and
     ``batch_sampler`` its user gave (torch's BatchSampler, the sampler ``shuffle`` chose, ours)."""
+    data = torch.utils.data
+    kinds = (data.BatchSampler, data.SequentialSampler, data.RandomSampler)
     for made, given in ((loader.sampler, sampler), (loader.batch_sampler, batch_sampler)):
-        if made is not None and made is not given:
+        # a user's sampler inside a BatchSampler passed back is still the user's: only these types
+        if made is not given and (type(made) in kinds or isinstance(made, EpochSampler)):
             _MADE_BY_A_LOADER.add(made)
 
 
